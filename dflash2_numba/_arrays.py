@@ -1,0 +1,243 @@
+"""Array arguments in and out, and the argument checks every public entry point runs.
+
+Accepted inputs: numpy arrays (copied to the device; results come back as numpy),
+numba device arrays, and any object with ``__cuda_array_interface__`` (PyTorch, CuPy),
+used zero-copy; objects that only offer ``__dlpack__`` are used zero-copy when they
+live on a CUDA device and as numpy arrays when they live on the host.
+
+Every check here runs on shapes, dtypes and strides alone (no transfer, no launch),
+except :meth:`ArrayArg.host_values`, which copies the small integer index arrays to
+the host so that every index read from user data can be range-checked before launch.
+All failures raise ``TypeError`` (wrong kind or dtype) or ``ValueError`` (shape,
+stride, range) and name the argument.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ._compat import cuda
+
+KIND_NUMPY = "numpy"
+KIND_DEVICE = "numba"
+KIND_TORCH = "torch"
+KIND_CUPY = "cupy"
+KIND_CAI = "cuda_array_interface"
+
+
+class _CAIWrapper:
+    """Holds a ``__cuda_array_interface__`` dict (and the object owning the memory)."""
+
+    def __init__(self, interface: dict, owner: Any):
+        self.__cuda_array_interface__ = interface
+        self._owner = owner
+
+
+def _kind_of(x: Any) -> str:
+    mod = type(x).__module__.split(".")[0]
+    if isinstance(x, np.ndarray):
+        return KIND_NUMPY
+    if cuda.is_cuda_array(x) if not isinstance(x, np.ndarray) else False:
+        if mod == "torch":
+            return KIND_TORCH
+        if mod == "cupy":
+            return KIND_CUPY
+        if mod == "numba":
+            return KIND_DEVICE
+        return KIND_CAI
+    return ""
+
+
+@dataclass
+class ArrayArg:
+    """One array argument: its description, and how to reach it on the device."""
+
+    name: str
+    obj: Any               # what the caller passed (or the numpy view of a host DLPack object)
+    kind: str
+    shape: tuple
+    dtype: np.dtype
+    strides: tuple         # in bytes
+    _device: Any = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    def device(self, stream=0):
+        """A numba device array over the same memory (numpy: a copy on the device)."""
+        if self._device is None:
+            if self.kind == KIND_NUMPY:
+                self._device = cuda.to_device(np.asarray(self.obj), stream=stream)
+            elif self.kind == KIND_DEVICE:
+                self._device = self.obj
+            else:
+                self._device = cuda.as_cuda_array(self.obj, sync=False)
+        return self._device
+
+    def host_values(self) -> np.ndarray:
+        """The values on the host (a copy for device arrays); only for small index arrays."""
+        if self.kind == KIND_NUMPY:
+            return np.asarray(self.obj)
+        return self.device().copy_to_host()
+
+
+def as_array_arg(x: Any, name: str) -> ArrayArg:
+    if x is None:
+        raise TypeError(f"{name}: expected an array, got None")
+    if isinstance(x, np.ndarray):
+        return ArrayArg(name, x, KIND_NUMPY, tuple(x.shape), x.dtype, tuple(x.strides))
+    if not isinstance(x, np.ndarray) and hasattr(x, "__cuda_array_interface__"):
+        cai = x.__cuda_array_interface__
+        dtype = np.dtype(cai["typestr"])
+        shape = tuple(int(s) for s in cai["shape"])
+        strides = cai.get("strides")
+        if strides is None:
+            strides = _contiguous_strides(shape, dtype.itemsize)
+        kind = _kind_of(x) or KIND_CAI
+        return ArrayArg(name, x, kind, shape, dtype, tuple(int(s) for s in strides))
+    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        dev_type, _ = x.__dlpack_device__()
+        if int(dev_type) == 1:  # kDLCPU
+            a = np.from_dlpack(x)
+            arg = as_array_arg(a, name)
+            return arg
+        if int(dev_type) in (2, 13):  # kDLCUDA, kDLCUDAManaged
+            from cuda.core.utils import StridedMemoryView
+
+            view = StridedMemoryView.from_dlpack(x, stream_ptr=-1)
+            dtype = np.dtype(view.dtype)
+            shape = tuple(view.shape)
+            st = view.strides
+            strides = (_contiguous_strides(shape, dtype.itemsize) if st is None
+                       else tuple(int(s) * dtype.itemsize for s in st))
+            cai = {"shape": shape, "typestr": dtype.str, "data": (int(view.ptr), view.readonly),
+                   "strides": strides, "version": 3}
+            return ArrayArg(name, _CAIWrapper(cai, x), KIND_CAI, shape, dtype, strides)
+        raise TypeError(f"{name}: DLPack device type {dev_type} is not supported")
+    raise TypeError(
+        f"{name}: expected a numpy array, a numba device array, or an object with "
+        f"__cuda_array_interface__ / __dlpack__, got {type(x).__name__}")
+
+
+def _contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple:
+    strides = []
+    acc = itemsize
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(strides))
+
+
+# --- checks -------------------------------------------------------------------------
+
+def check_dtype(a: ArrayArg, allowed: Sequence) -> None:
+    allowed_dt = [np.dtype(d) for d in allowed]
+    if a.dtype not in allowed_dt:
+        names = " or ".join(str(d) for d in allowed_dt)
+        raise TypeError(f"{a.name}: expected dtype {names}, got {a.dtype}")
+
+
+def check_ndim(a: ArrayArg, ndim: int, layout: str) -> None:
+    if a.ndim != ndim:
+        raise ValueError(f"{a.name}: expected {ndim} dimensions {layout}, got shape {a.shape}")
+
+
+def check_shape(a: ArrayArg, expected: Sequence[Optional[int]], layout: str) -> None:
+    check_ndim(a, len(expected), layout)
+    for got, want in zip(a.shape, expected):
+        if want is not None and got != want:
+            raise ValueError(f"{a.name}: expected shape {layout} = {tuple(expected)}, got {a.shape}")
+
+
+def check_unit_last_stride(a: ArrayArg) -> None:
+    if a.shape[-1] > 1 and a.strides[-1] != a.itemsize:
+        raise ValueError(f"{a.name}: the last dimension must have unit stride, got strides {a.strides}")
+
+
+def check_nonnegative_strides(a: ArrayArg) -> None:
+    if any(s < 0 for s in a.strides):
+        raise ValueError(f"{a.name}: negative strides are not supported, got {a.strides}")
+
+
+def check_contiguous(a: ArrayArg) -> None:
+    if a.strides != _contiguous_strides(a.shape, a.itemsize) and int(np.prod(a.shape)) > 0:
+        raise ValueError(f"{a.name}: expected a C-contiguous array, got strides {a.strides}")
+
+
+def check_writable_output(a: ArrayArg, shape: Sequence[int], dtype, layout: str) -> None:
+    check_dtype(a, [dtype])
+    if a.ndim != len(shape) or any(g < w for g, w in zip(a.shape, shape)):
+        raise ValueError(f"{a.name}: too small; expected {layout} = {tuple(shape)}, got {a.shape}")
+    if tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{a.name}: expected shape {layout} = {tuple(shape)}, got {a.shape}")
+    check_contiguous(a)
+    if a.kind == KIND_NUMPY and not a.obj.flags.writeable:
+        raise ValueError(f"{a.name}: the array is read-only")
+
+
+def check_finite_scalar(value, name: str, positive: bool = False) -> np.float32:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
+    v = float(value)
+    if not np.isfinite(v) or not np.isfinite(np.float32(v)):
+        raise ValueError(f"{name}: must be finite in float32, got {value!r}")
+    if positive and not np.float32(v) > 0:
+        raise ValueError(f"{name}: must be > 0, got {value!r}")
+    return np.float32(v)
+
+
+def check_int_range(values: np.ndarray, name: str, lo: int, hi: int) -> None:
+    """Every value in [lo, hi]; names the first offender."""
+    if values.size == 0:
+        return
+    bad = np.flatnonzero((values < lo) | (values > hi))
+    if bad.size:
+        idx = np.unravel_index(int(bad[0]), values.shape)
+        raise ValueError(f"{name}: value {int(values[idx])} at index {tuple(int(i) for i in idx)} "
+                         f"is outside [{lo}, {hi}]")
+
+
+def check_positive_int(value, name: str, lo: int = 1) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if int(value) < lo:
+        raise ValueError(f"{name}: must be >= {lo}, got {value}")
+    return int(value)
+
+
+# --- results in the caller's kind ------------------------------------------------------
+
+def result_like(kind: str, dev_array, stream=0):
+    """Return ``dev_array`` as the kind of array the caller passed in."""
+    if kind == KIND_NUMPY:
+        return dev_array.copy_to_host(stream=stream)
+    if kind == KIND_TORCH:
+        import torch
+
+        return torch.as_tensor(dev_array, device="cuda")
+    if kind == KIND_CUPY:
+        import cupy
+
+        return cupy.asarray(dev_array)
+    return dev_array
+
+
+def resolve_stream(stream):
+    """numba stream, torch/cupy stream, raw handle (int) or None -> a numba stream (0 = default)."""
+    if stream is None or stream == 0:
+        return 0
+    if hasattr(stream, "handle") and type(stream).__module__.startswith("numba"):
+        return stream
+    for attr in ("cuda_stream", "ptr"):
+        if hasattr(stream, attr):
+            return cuda.external_stream(int(getattr(stream, attr)))
+    if isinstance(stream, (int, np.integer)):
+        return cuda.external_stream(int(stream))
+    raise TypeError(f"stream: expected a numba, torch or cupy stream or an int handle, got {type(stream).__name__}")

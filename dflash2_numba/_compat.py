@@ -1,0 +1,152 @@
+"""Environment shims that must run before numba.cuda is imported, and the
+FP32-exactness switches every kernel of this package is compiled and simulated with.
+
+1. numpy >= 2.5 removed ``np.row_stack``; numba-cuda 0.30.4 registers an overload
+   for it at import time and fails without it. We alias it to ``np.vstack``.
+2. NVVM contracts ``a*b + c`` into one FMA by default (``-fma=1``). The contract
+   lists every fused step explicitly (``cuda.fma``) and every other step as its
+   own rounding, so our kernels are compiled with ``-fma=0``; explicit
+   ``cuda.fma`` calls still become ``fma.rn.f32``. The switch is scoped: only
+   compilations inside :func:`exact_fp32` see it, other numba users are untouched.
+3. Under the CUDA simulator, :mod:`._simulator` makes ``cuda.fma`` a correctly
+   rounded FP32 fused multiply-add (the simulator's is ``a*b + c``, two roundings)
+   and speeds up thread-block execution.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import threading
+
+import numpy as np
+
+if not hasattr(np, "row_stack"):  # numpy >= 2.5
+    np.row_stack = np.vstack  # type: ignore[attr-defined]
+
+from numba import cuda  # noqa: E402  (after the shim on purpose)
+
+SIMULATOR = bool(int(os.environ.get("NUMBA_ENABLE_CUDASIM", "0") or 0))
+
+_state = threading.local()
+
+
+def _contract_off() -> bool:
+    return getattr(_state, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def exact_fp32():
+    """Compile numba.cuda kernels inside this block with FMA contraction off."""
+    _state.depth = getattr(_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+
+
+def _install_nvvm_patch() -> None:
+    if SIMULATOR:
+        return
+    from numba.cuda.cudadrv import nvvm
+
+    if getattr(nvvm.compile_ir, "_dflash2_patched", False):
+        return
+    original = nvvm.compile_ir
+
+    def compile_ir(llvmir, **options):
+        if _contract_off() and not options.get("fastmath", False):
+            options.setdefault("fma", False)
+        return original(llvmir, **options)
+
+    compile_ir._dflash2_patched = True  # type: ignore[attr-defined]
+    nvvm.compile_ir = compile_ir
+    # codegen imported the name directly in some versions
+    from numba.cuda import codegen
+
+    if getattr(codegen, "nvvm", None) is not None and hasattr(codegen.nvvm, "compile_ir"):
+        codegen.nvvm.compile_ir = compile_ir
+
+
+def fma32_exact(a, b, c):
+    """Correctly rounded float32 fma(a, b, c) on the host (used by the simulator).
+
+    The float64 product of two float32 values is exact; the float64 sum is rounded
+    once, and the final float32 rounding can then only go wrong when that sum lands
+    exactly on a float32 midpoint (at most 25 significant bits), which we resolve
+    with the exact error term of the sum (TwoSum). Plain Python floats keep it fast.
+    """
+    p = float(a) * float(b)
+    cf = float(c)
+    s = p + cf
+    f = _f32(s)
+    r = float(f)
+    if r == s or s != s or abs(s) == _INF:
+        return f
+    if abs(s) >= _F32_MIN_NORMAL:
+        m, _ = math.frexp(s)
+        m25 = m * 33554432.0  # 2**25
+        if m25 != int(m25):
+            return f           # more than 25 significant bits: no tie possible
+    bb = s - p
+    err = (p - (s - bb)) + (cf - bb)
+    if err == 0.0:
+        return f
+    g = np.nextafter(f, np.float32(np.inf) if s > r else np.float32(-np.inf))
+    mid = (r + float(g)) * 0.5
+    if s == mid:  # a tie in float64 that the exact value breaks
+        return g if (err > 0) == (float(g) > r) else f
+    return f
+
+
+_f32 = np.float32
+_INF = float("inf")
+_F32_MIN_NORMAL = 2.0 ** -125
+
+
+_install_nvvm_patch()
+if SIMULATOR:
+    from . import _simulator
+
+    _simulator.install()
+
+
+def gpu_available() -> bool:
+    """True when a real CUDA device is usable (never under the simulator)."""
+    if SIMULATOR:
+        return False
+    try:
+        return bool(cuda.is_available())
+    except Exception:  # pragma: no cover - driver problems
+        return False
+
+
+class _FakeDevice:
+    def __init__(self, cc):
+        self.compute_capability = tuple(cc)
+
+
+@contextlib.contextmanager
+def target_cc(cc=(7, 0)):
+    """Make numba answer "the current device" with compute capability ``cc``.
+
+    Compiling kernels that call device functions asks for the current device even
+    in ``cuda.compile_ptx(..., cc=...)``; on a machine without a GPU (or to build
+    sm_70 PTX on a newer GPU) this context answers that lookup.
+    """
+    from numba.cuda import compiler, dispatcher
+
+    saved = (dispatcher.get_current_device, compiler.get_current_device)
+    fake = _FakeDevice(cc)
+    dispatcher.get_current_device = lambda: fake
+    compiler.get_current_device = lambda: fake
+    try:
+        yield
+    finally:
+        dispatcher.get_current_device, compiler.get_current_device = saved
+
+
+def compile_ptx_cc(pyfunc, signature, cc=(7, 0)):
+    """PTX for ``pyfunc`` at ``cc`` with the package's exact-FP32 flags (no GPU needed)."""
+    with exact_fp32(), target_cc(cc):
+        return cuda.compile_ptx(pyfunc, signature, cc=cc)

@@ -1,0 +1,99 @@
+"""Variant registries, launch accounting (the route audit) and the kernel list
+that the PTX report compiles.
+
+A *variant* is one implementation of one contract. It lists its kernels (with the
+signatures the PTX report compiles for sm_70) and launches them through
+:func:`launch`, which compiles with FMA contraction off and counts every launch by
+kernel name, so the screen can prove which kernels actually ran.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Tuple
+
+from ._compat import exact_fp32
+
+_lock = threading.Lock()
+_route_counts: "collections.Counter[str]" = collections.Counter()
+
+
+class UnsupportedShape(ValueError):
+    """A variant was asked for a shape it does not implement (it never falls back)."""
+
+
+def launch(kernel_name: str, kernel, grid, block, stream, *args) -> None:
+    """Launch one numba.cuda kernel under the exact-FP32 compile flags and count it."""
+    with exact_fp32():
+        kernel[grid, block, stream](*args)
+    with _lock:
+        _route_counts[kernel_name] += 1
+
+
+def route_counters(reset: bool = False) -> Dict[str, int]:
+    """Launch counts per kernel name since the last reset (``reset=True`` clears them)."""
+    with _lock:
+        snapshot = dict(_route_counts)
+        if reset:
+            _route_counts.clear()
+    return snapshot
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel as the PTX report compiles it: a name, the Python function, and the
+    numba signatures (tuples of argument types) that cover the shapes it serves."""
+
+    name: str
+    pyfunc: Callable
+    signatures: Tuple[Tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    family: str          # "attention" or "gdn"
+    description: str
+    contract: str        # which contract it keeps, e.g. "A (q8 verification), bit-identical to frozen"
+    kernels: Tuple[KernelSpec, ...]
+    run: Callable        # family-specific launcher: run(plan, stream)
+    supports: Callable = field(default=lambda plan: None)  # raises UnsupportedShape
+
+    def describe(self) -> Dict[str, str]:
+        return {"description": self.description, "contract": self.contract,
+                "kernels": ", ".join(k.name for k in self.kernels)}
+
+
+_variants: Dict[str, Dict[str, Variant]] = {"attention": {}, "gdn": {}}
+
+
+def register(variant: Variant) -> Variant:
+    family = _variants.setdefault(variant.family, {})
+    if variant.name in family:
+        raise ValueError(f"variant {variant.name!r} is already registered for {variant.family}")
+    family[variant.name] = variant
+    return variant
+
+
+def unregister(family: str, name: str) -> None:
+    _variants.get(family, {}).pop(name, None)
+
+
+def get_variant(family: str, name: str) -> Variant:
+    try:
+        return _variants[family][name]
+    except KeyError:
+        known = ", ".join(sorted(_variants.get(family, {})))
+        raise ValueError(f"variant: unknown {family} variant {name!r}; known: {known}") from None
+
+
+def variants(family: str) -> Dict[str, Variant]:
+    return dict(_variants.get(family, {}))
+
+
+def all_kernel_specs():
+    for family, named in _variants.items():
+        for vname, v in named.items():
+            for k in v.kernels:
+                yield family, vname, k

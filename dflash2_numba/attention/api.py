@@ -1,0 +1,217 @@
+"""verify_attention: validation, buffer binding and launch for every attention variant.
+
+:func:`plan_attention` runs every check of ``api.md`` (dtypes, shapes, strides,
+scales, every block-table entry a request can reach, lengths against the table
+width, the caller's ``out`` / workspace) before anything is launched or written, and
+returns an :class:`AttentionPlan` whose :meth:`~AttentionPlan.launch` only launches
+kernels, so it can be captured into a CUDA graph and replayed (the kernels read
+``seq_lens`` / ``row_lengths`` on the device each time). :func:`verify_attention` is
+plan + launch + results in the caller's kind of array.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import _arrays as A
+from .._compat import cuda
+from .._registry import UnsupportedShape, get_variant
+from ..contract import DEFAULT_SPLITS, HEAD_DIMS, MAX_GROUP, MAX_Q, ceil_div, default_row_lengths
+from ..e4m3 import DECODE_TABLE
+from ..workspace import AttentionWorkspace
+
+_decode_table_dev = None
+
+
+def _device_decode_table():
+    global _decode_table_dev
+    if _decode_table_dev is None:
+        _decode_table_dev = cuda.to_device(np.ascontiguousarray(DECODE_TABLE))
+    return _decode_table_dev
+
+
+@dataclass
+class AttentionResult:
+    out: Any        # [B, Q, Hq, D], float16 or float32
+    partial: Any    # float32 [B, S, Q, Hq, D]
+    lse: Any        # float32 [B, S, Q, Hq, 2]: (max, sum)
+
+
+@dataclass
+class AttentionPlan:
+    """Validated, device-bound arguments of one verify_attention call."""
+
+    variant: Any
+    q_shape: tuple
+    page_size: int
+    splits: int
+    use_rows: int
+    qk_scale: np.float32
+    v_scale: np.float32
+    q: Any
+    k_cache: Any
+    v_cache: Any
+    block_table: Any
+    seq_lens: Any
+    row_lengths: Any
+    decode_table: Any
+    partial: Any
+    lse: Any
+    out: Any
+    kind: str
+    stream: Any = 0
+    out_host: Any = None     # a caller's numpy ``out``, filled after the launch
+
+    def launch(self, stream=None) -> None:
+        """Launch the variant's kernels (no checks, no transfers): graph-capturable."""
+        self.variant.run(self, self.stream if stream is None else A.resolve_stream(stream))
+
+
+def _check_cache(arg: A.ArrayArg, name_layout: str):
+    A.check_dtype(arg, [np.uint8])
+    A.check_ndim(arg, 4, name_layout)
+    A.check_unit_last_stride(arg)
+    A.check_nonnegative_strides(arg)
+
+
+def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale=1.0,
+                   v_scale=1.0, row_lengths=None, splits=DEFAULT_SPLITS, variant="frozen",
+                   out=None, workspace: Optional[AttentionWorkspace] = None,
+                   out_dtype="float16", stream=None) -> AttentionPlan:
+    var = get_variant("attention", variant)
+    qa = A.as_array_arg(q, "q")
+    A.check_dtype(qa, [np.float16])
+    A.check_ndim(qa, 4, "[B, Q, Hq, D]")
+    A.check_nonnegative_strides(qa)
+    B, Q, Hq, D = qa.shape
+    if B < 1:
+        raise ValueError(f"q: batch must be >= 1, got shape {qa.shape}")
+    if not 1 <= Q <= MAX_Q:
+        raise ValueError(f"q: Q (new tokens) must be in 1..{MAX_Q}, got {Q}")
+    if D not in HEAD_DIMS:
+        raise ValueError(f"q: head dim D must be one of {HEAD_DIMS}, got {D}")
+
+    ka = A.as_array_arg(k_cache, "k_cache")
+    va = A.as_array_arg(v_cache, "v_cache")
+    _check_cache(ka, "[num_pages, page_size, Hkv, D]")
+    _check_cache(va, "[num_pages, page_size, Hkv, D]")
+    num_pages, page_size, Hkv, Dk = ka.shape
+    if Dk != D:
+        raise ValueError(f"k_cache: head dim {Dk} does not match q's {D}")
+    if va.shape != ka.shape:
+        raise ValueError(f"v_cache: shape {va.shape} does not match k_cache {ka.shape}")
+    if num_pages < 1 or page_size < 1 or Hkv < 1:
+        raise ValueError(f"k_cache: every dimension must be >= 1, got {ka.shape}")
+    if Hq % Hkv != 0 or not 1 <= Hq // Hkv <= MAX_GROUP:
+        raise ValueError(f"q: Hq = {Hq} must be G * Hkv with G in 1..{MAX_GROUP} (Hkv = {Hkv})")
+
+    bt = A.as_array_arg(block_table, "block_table")
+    A.check_dtype(bt, [np.int32])
+    A.check_ndim(bt, 2, "[B, W]")
+    if bt.shape[0] != B or bt.shape[1] < 1:
+        raise ValueError(f"block_table: expected shape [B={B}, W>=1], got {bt.shape}")
+    W = bt.shape[1]
+    sl = A.as_array_arg(seq_lens, "seq_lens")
+    A.check_dtype(sl, [np.int32])
+    A.check_shape(sl, (B,), "[B]")
+    max_keys = W * page_size
+
+    scale32 = A.check_finite_scalar(scale, "scale")
+    ks32 = A.check_finite_scalar(k_scale, "k_scale", positive=True)
+    vs32 = A.check_finite_scalar(v_scale, "v_scale", positive=True)
+    qk_scale = np.float32(scale32 * ks32)
+    if not np.isfinite(qk_scale):
+        raise ValueError(f"scale: scale * k_scale overflows float32 ({scale!r} * {k_scale!r})")
+    S = A.check_positive_int(splits, "splits")
+
+    if row_lengths is not None:
+        ra = A.as_array_arg(row_lengths, "row_lengths")
+        A.check_dtype(ra, [np.int32])
+        A.check_shape(ra, (B, Q), "[B, Q]")
+        L = ra.host_values().astype(np.int64)
+        A.check_int_range(L, "row_lengths", -(2 ** 31), max_keys)
+        A.check_int_range(sl.host_values(), "seq_lens", -(2 ** 31) + MAX_Q, 2 ** 31 - 1)
+    else:
+        ra = None
+        sv = sl.host_values().astype(np.int64)
+        A.check_int_range(sv, "seq_lens", -(2 ** 31) + MAX_Q, max_keys + Q - 1)
+        L = default_row_lengths(sv, Q)
+        A.check_int_range(L, "seq_lens (as row lengths)", -(2 ** 31), max_keys)
+    # every block-table entry a request reaches must name a page
+    table = bt.host_values()
+    T = L.max(axis=1)
+    for b in range(B):
+        cols = ceil_div(int(T[b]), page_size) if T[b] > 0 else 0
+        if cols:
+            A.check_int_range(table[b, :cols], f"block_table[{b}]", 0, num_pages - 1)
+
+    odt = np.dtype(out_dtype) if not isinstance(out_dtype, np.dtype) else out_dtype
+    if odt not in (np.dtype(np.float16), np.dtype(np.float32)):
+        raise TypeError(f"out_dtype: expected 'float16' or 'float32', got {out_dtype!r}")
+    if workspace is not None:
+        if not isinstance(workspace, AttentionWorkspace):
+            raise TypeError(f"workspace: expected an AttentionWorkspace, got {type(workspace).__name__}")
+        if not workspace.matches(B, S, Q, Hq, D):
+            raise ValueError(f"workspace: built for {workspace!r}, the call needs batch={B}, "
+                             f"splits={S}, q_len={Q}, heads={Hq}, head_dim={D}")
+    oa = None
+    if out is not None:
+        oa = A.as_array_arg(out, "out")
+        A.check_writable_output(oa, (B, Q, Hq, D), odt, "[B, Q, Hq, D]")
+
+    try:
+        var.supports(dict(B=B, Q=Q, Hq=Hq, Hkv=Hkv, D=D, page_size=page_size, splits=S))
+    except UnsupportedShape:
+        raise
+
+    # ---- every check passed: bind device memory ----
+    strm = A.resolve_stream(stream)
+    if workspace is not None:
+        partial, lse = workspace.partial, workspace.lse
+    else:
+        partial = cuda.device_array((B, S, Q, Hq, D), np.float32, stream=strm)
+        lse = cuda.device_array((B, S, Q, Hq, 2), np.float32, stream=strm)
+    if oa is not None and oa.kind != A.KIND_NUMPY:
+        out_dev = oa.device()
+    elif workspace is not None and workspace.out_dtype == odt:
+        out_dev = workspace.out
+    else:
+        out_dev = cuda.device_array((B, Q, Hq, D), odt, stream=strm)
+    rows_dev = ra.device(strm) if ra is not None else cuda.to_device(np.zeros((1, 1), np.int32), stream=strm)
+    return AttentionPlan(
+        variant=var, q_shape=(B, Q, Hq, D), page_size=int(page_size), splits=S,
+        use_rows=0 if ra is None else 1, qk_scale=qk_scale, v_scale=vs32,
+        q=qa.device(strm), k_cache=ka.device(strm), v_cache=va.device(strm),
+        block_table=bt.device(strm), seq_lens=sl.device(strm), row_lengths=rows_dev,
+        decode_table=_device_decode_table(), partial=partial, lse=lse, out=out_dev,
+        kind=qa.kind, stream=strm,
+        out_host=oa.obj if oa is not None and oa.kind == A.KIND_NUMPY else None)
+
+
+def verify_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale=1.0,
+                     v_scale=1.0, row_lengths=None, splits=DEFAULT_SPLITS, variant="frozen",
+                     out=None, workspace=None, out_dtype="float16", stream=None) -> AttentionResult:
+    """q8 verification attention (contract part A); see ``api.md``.
+
+    Returns ``AttentionResult(out, partial, lse)`` in the kind of array ``q`` came in.
+    """
+    plan = plan_attention(q, k_cache, v_cache, block_table, seq_lens, scale=scale,
+                          k_scale=k_scale, v_scale=v_scale, row_lengths=row_lengths,
+                          splits=splits, variant=variant, out=out, workspace=workspace,
+                          out_dtype=out_dtype, stream=stream)
+    plan.launch()
+    kind, strm = plan.kind, plan.stream
+    if kind == A.KIND_NUMPY:
+        out_host = plan.out.copy_to_host(stream=strm)
+        if plan.out_host is not None:
+            plan.out_host[...] = out_host
+            out_host = plan.out_host
+        res = AttentionResult(out_host, plan.partial.copy_to_host(stream=strm),
+                              plan.lse.copy_to_host(stream=strm))
+        if strm != 0:
+            strm.synchronize()
+        return res
+    return AttentionResult(A.result_like(kind, plan.out), A.result_like(kind, plan.partial),
+                           A.result_like(kind, plan.lse))

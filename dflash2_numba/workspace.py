@@ -1,0 +1,98 @@
+"""AttentionWorkspace: caller-owned device buffers for one verify_attention shape.
+
+Holds the FP32 split workspace (``partial [B, S, Q, Hq, D]``, ``lse [B, S, Q, Hq, 2]``)
+and the output (``out [B, Q, Hq, D]`` in ``out_dtype``). Each buffer is a view into a
+larger flat allocation with ``guard`` elements on both sides; :meth:`fill_sentinel`
+writes -777.0 everywhere, guards included, and :meth:`guards_intact` reports whether
+every guard element still holds the sentinel (nothing wrote outside its buffer).
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+import numpy as np
+
+from ._arrays import check_positive_int
+from ._compat import cuda
+from .contract import DEFAULT_SPLITS, SENTINEL
+
+
+class _Guarded:
+    def __init__(self, shape, dtype, guard: int):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.guard = int(guard)
+        self.size = int(np.prod(self.shape))
+        self.flat = cuda.device_array(self.size + 2 * self.guard, dtype=self.dtype)
+        self.view = self.flat[self.guard:self.guard + self.size].reshape(self.shape)
+        self._host_sentinel = None
+
+    def fill(self, stream=0) -> None:
+        if self._host_sentinel is None:
+            self._host_sentinel = np.full(self.flat.shape, SENTINEL, dtype=self.dtype)
+        self.flat.copy_to_device(self._host_sentinel, stream=stream)
+
+    def guards_intact(self) -> bool:
+        host = self.flat.copy_to_host()
+        sent = np.asarray(SENTINEL, dtype=self.dtype).tobytes()
+        lo = host[:self.guard].tobytes()
+        hi = host[self.guard + self.size:].tobytes()
+        return lo == sent * self.guard and hi == sent * self.guard
+
+
+class AttentionWorkspace:
+    """Device buffers for ``verify_attention`` at one shape, with guard rows.
+
+    ``partial``, ``lse`` and ``out`` are numba device arrays; pass the workspace as
+    ``workspace=`` (its ``out`` is used when ``out=None`` and ``out_dtype`` matches).
+    """
+
+    def __init__(self, *, batch: int, q_len: int, heads: int, head_dim: int,
+                 splits: int = DEFAULT_SPLITS, out_dtype="float16", guard: int | None = None):
+        self.batch = check_positive_int(batch, "batch")
+        self.q_len = check_positive_int(q_len, "q_len")
+        self.heads = check_positive_int(heads, "heads")
+        self.head_dim = check_positive_int(head_dim, "head_dim")
+        self.splits = check_positive_int(splits, "splits")
+        if np.dtype(out_dtype) not in (np.dtype(np.float16), np.dtype(np.float32)):
+            raise TypeError(f"out_dtype: expected float16 or float32, got {out_dtype}")
+        self.out_dtype = np.dtype(out_dtype)
+        g = self.head_dim if guard is None else check_positive_int(guard, "guard")
+        B, S, Q, H, D = self.batch, self.splits, self.q_len, self.heads, self.head_dim
+        self._buffers: Dict[str, _Guarded] = {
+            "partial": _Guarded((B, S, Q, H, D), np.float32, g),
+            "lse": _Guarded((B, S, Q, H, 2), np.float32, g),
+            "out": _Guarded((B, Q, H, D), self.out_dtype, g),
+        }
+
+    @property
+    def partial(self):
+        return self._buffers["partial"].view
+
+    @property
+    def lse(self):
+        return self._buffers["lse"].view
+
+    @property
+    def out(self):
+        return self._buffers["out"].view
+
+    def fill_sentinel(self, stream=0) -> "AttentionWorkspace":
+        """-777.0 in every element of every buffer, guards included."""
+        for buf in self._buffers.values():
+            buf.fill(stream)
+        return self
+
+    def guards_intact(self) -> bool:
+        """True while no element outside the real buffers has been written."""
+        return all(buf.guards_intact() for buf in self._buffers.values())
+
+    def guard_report(self) -> Dict[str, bool]:
+        return {name: buf.guards_intact() for name, buf in self._buffers.items()}
+
+    def matches(self, B, S, Q, H, D) -> bool:
+        return (self.batch, self.splits, self.q_len, self.heads, self.head_dim) == (B, S, Q, H, D)
+
+    def __repr__(self) -> str:
+        return (f"AttentionWorkspace(batch={self.batch}, q_len={self.q_len}, heads={self.heads}, "
+                f"head_dim={self.head_dim}, splits={self.splits}, out_dtype={self.out_dtype})")

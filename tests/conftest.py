@@ -1,0 +1,32 @@
+"""Test set-up: without a GPU every test runs on numba's CUDA simulator.
+
+``NUMBA_ENABLE_CUDASIM`` must be decided before numba is imported, so it is set
+here at collection time. Set ``DFLASH2_GPU=1`` to run on a real GPU instead
+(then the ``gpu``-marked tests run too).
+"""
+import os
+
+if os.environ.get("DFLASH2_GPU", "0") != "1":
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import pytest  # noqa: E402
+
+
+def _on_gpu() -> bool:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
+        return False
+    from dflash2_numba._compat import gpu_available
+
+    return gpu_available()
+
+
+ON_GPU = _on_gpu()
+
+
+def pytest_collection_modifyitems(config, items):
+    if ON_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (DFLASH2_GPU=1 on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
