@@ -39,7 +39,7 @@ def _kind_of(x: Any) -> str:
     mod = type(x).__module__.split(".")[0]
     if isinstance(x, np.ndarray):
         return KIND_NUMPY
-    if cuda.is_cuda_array(x) if not isinstance(x, np.ndarray) else False:
+    if cuda.is_cuda_array(x):
         if mod == "torch":
             return KIND_TORCH
         if mod == "cupy":
@@ -74,7 +74,7 @@ class ArrayArg:
         """A numba device array over the same memory (numpy: a copy on the device)."""
         if self._device is None:
             if self.kind == KIND_NUMPY:
-                self._device = cuda.to_device(np.asarray(self.obj), stream=stream)
+                self._device = cuda.to_device(np.ascontiguousarray(self.obj), stream=stream)
             elif self.kind == KIND_DEVICE:
                 self._device = self.obj
             else:
@@ -162,7 +162,8 @@ def check_unit_last_stride(a: ArrayArg) -> None:
 
 
 def check_nonnegative_strides(a: ArrayArg) -> None:
-    if any(s < 0 for s in a.strides):
+    """Device arrays must not have negative strides (numpy inputs are copied compactly)."""
+    if a.kind != KIND_NUMPY and any(s < 0 for s in a.strides):
         raise ValueError(f"{a.name}: negative strides are not supported, got {a.strides}")
 
 

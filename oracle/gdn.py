@@ -33,7 +33,6 @@ import numbers
 
 import mpmath
 import numpy as np
-from scipy.linalg import blas as _blas
 from scipy.linalg import solve_triangular
 
 __all__ = ["gdn_reference", "gdn_reference_mp", "gdn_reference_chunked"]
@@ -122,15 +121,15 @@ def _l2norm(x):
 
 # --------------------------------------------------------------------------- fp64 recurrence
 
-def _ger_inplace(alpha, x, y, a):
-    """``a += alpha * x y^T`` in place for a Fortran-ordered float64 ``a`` (BLAS dger)."""
-    r = _blas.dger(alpha, x, y, a=a, overwrite_a=True)
-    if r is not a and not np.shares_memory(r, a):  # pragma: no cover - BLAS copied
-        a[...] = r
+_STEP_BLOCK = 256  # tokens whose inputs are converted / normalised together
 
 
 def _gdn_fp64(p):
-    """Contract B token recurrence in float64, vectorised over (sequence, value head)."""
+    """Contract B token recurrence in float64, vectorised over (sequence, value head).
+
+    Only numpy element-wise ufuncs and ``einsum`` (no BLAS) act on the state, so the run
+    time does not collapse when a multi-threaded BLAS competes for busy cores.
+    """
     B, T, H, K, HV, V, N = (p[x] for x in ("B", "T", "H", "K", "HV", "V", "N"))
     hmap = np.arange(HV) // (HV // H)
     qf = p["q"].reshape(B * T, H, K)
@@ -142,39 +141,46 @@ def _gdn_fp64(p):
     order = np.argsort(-p["lens"], kind="stable")   # longest first: active set is a prefix
     lens_s = p["lens"][order]
     starts_s = p["starts"][order]
-    # State stored transposed, hT[n*HV + i] = h^T  ([V, K], C order), so hT[i].T is the
-    # Fortran-ordered [K, V] state that BLAS dger updates in place.
-    hT = np.zeros((N * HV, V, K), dtype=np.float64)
+    # state h^T per (sequence, value head): hT[n, i] = h^T, [V, K] (K contiguous)
+    hT = np.zeros((N, HV, V, K), dtype=np.float64)
     if p["h0"] is not None:
-        h0 = p["h0"].astype(np.float64)[order]                   # [N, HV, K, V]
-        hT[...] = h0.transpose(0, 1, 3, 2).reshape(N * HV, V, K)
+        hT[...] = p["h0"].astype(np.float64)[order].transpose(0, 1, 3, 2)
     o = np.zeros((B * T, HV, V), dtype=np.float64)
     Tmax = int(lens_s[0]) if N else 0
-    n_act = N
-    for t in range(Tmax):
-        while n_act and lens_s[n_act - 1] <= t:
-            n_act -= 1
-        rows = starts_s[:n_act] + t
-        nh = n_act * HV
-        qt = qf[rows].astype(np.float64)
-        kt = kf[rows].astype(np.float64)
+    for t0 in range(0, Tmax, _STEP_BLOCK):
+        t1 = min(Tmax, t0 + _STEP_BLOCK)
+        n0 = int(np.count_nonzero(lens_s > t0))          # sequences active at t0
+        steps = np.arange(t0, t1)
+        # rows [tb, n]: token t of sequence n (clipped past its end; those rows are unused)
+        rows = starts_s[None, :n0] + np.minimum(steps[:, None], lens_s[None, :n0] - 1)
+        qb = qf[rows].astype(np.float64)                  # [tb, n, H, K]
+        kb = kf[rows].astype(np.float64)
         if p["l2"]:
-            qt = _l2norm(qt)
-            kt = _l2norm(kt)
-        qt = np.ascontiguousarray(qt[:, hmap].reshape(nh, K)) * scale   # scale * q_t
-        kt = np.ascontiguousarray(kt[:, hmap].reshape(nh, K))
-        vt = vf[rows].astype(np.float64).reshape(nh, V)
-        gt = gf[rows].astype(np.float64).reshape(nh)
-        bt = bf[rows].astype(np.float64).reshape(nh)
-        hs = hT[:nh]
-        hs *= np.exp(gt)[:, None, None]                            # h = exp(g) h
-        hk = np.matmul(hs, kt[:, :, None])[:, :, 0]                # h^T k   [nh, V]
-        u = bt[:, None] * (vt - hk)                                # beta (v - h^T k)
-        for i in range(nh):
-            _ger_inplace(1.0, kt[i], u[i], hs[i].T)                # h += k u^T
-        o[rows] = np.matmul(hs, qt[:, :, None])[:, :, 0].reshape(n_act, HV, V)  # h^T (s q)
+            qb = _l2norm(qb)
+            kb = _l2norm(kb)
+        qb = qb[:, :, hmap] * scale                      # scale * q_t, [tb, n, HV, K]
+        kb = np.ascontiguousarray(kb[:, :, hmap])
+        vb = vf[rows].astype(np.float64)                  # [tb, n, HV, V]
+        egb = np.exp(gf[rows].astype(np.float64))         # [tb, n, HV]
+        bb = bf[rows].astype(np.float64)
+        ob = np.empty((t1 - t0, n0, HV, V), dtype=np.float64)
+        for s, t in enumerate(range(t0, t1)):
+            n = int(np.count_nonzero(lens_s[:n0] > t))
+            hs = hT[:n]
+            kt = kb[s, :n]
+            flat = hs.reshape(n * HV, V * K)                               # view (prefix)
+            np.multiply(flat, egb[s, :n].reshape(n * HV, 1), out=flat)     # h = exp(g) h
+            hk = np.einsum("nivk,nik->niv", hs, kt)                        # h^T k
+            u = bb[s, :n, :, None] * (vb[s, :n] - hk)                      # beta (v - h^T k)
+            hs += np.einsum("niv,nik->nivk", u, kt)                        # h += k u^T
+            ob[s, :n] = np.einsum("nivk,nik->niv", hs, qb[s, :n])          # h^T (scale q)
+        for n in range(n0):
+            e = min(t1, int(lens_s[n]))
+            if e > t0:
+                r0 = int(starts_s[n])
+                o[r0 + t0:r0 + e] = ob[:e - t0, n]
     state = np.empty((N, HV, K, V), dtype=np.float64)
-    state[order] = hT.reshape(N, HV, V, K).transpose(0, 1, 3, 2)
+    state[order] = hT.transpose(0, 1, 3, 2)
     return o.reshape(B, T, HV, V), state
 
 
@@ -278,11 +284,12 @@ def _gdn_chunked(p, chunk):
             if p["l2"]:
                 qc = _l2norm(qc)
                 kc = _l2norm(kc)
-            qc = qc[:, hmap].transpose(1, 0, 2)                   # [HV, C, K]
-            kc = kc[:, hmap].transpose(1, 0, 2)
-            vc = vf[c0:c1].astype(np.float64).transpose(1, 0, 2)  # [HV, C, V]
-            gc = gf[c0:c1].astype(np.float64).T                   # [HV, C]
-            bc = bf[c0:c1].astype(np.float64).T
+            # contiguous [HV, C, *] so that numpy's batched matmul goes to BLAS
+            qc = np.ascontiguousarray(qc[:, hmap].transpose(1, 0, 2))       # [HV, C, K]
+            kc = np.ascontiguousarray(kc[:, hmap].transpose(1, 0, 2))
+            vc = np.ascontiguousarray(vf[c0:c1].astype(np.float64).transpose(1, 0, 2))
+            gc = np.ascontiguousarray(gf[c0:c1].astype(np.float64).T)       # [HV, C]
+            bc = np.ascontiguousarray(bf[c0:c1].astype(np.float64).T)
             oc, h = _chunk_step(qc, kc, vc, gc, bc, h, p["scale"])
             o[c0:c1] = oc.transpose(1, 0, 2)
         state[n] = h

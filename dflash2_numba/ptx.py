@@ -1,0 +1,184 @@
+"""``python -m dflash2_numba.ptx --cc 7.0``: compile every kernel of every registered
+variant to PTX for the given compute capability and assemble it with ptxas.
+
+One row per (kernel, signature): registers, spill bytes (stores + loads), stack
+frame, shared memory, and the number of FP64 instructions in the PTX. Exits
+non-zero when a kernel fails to compile or assemble, spills, or does FP64 work.
+
+Needs a CUDA 12 toolchain that can still target sm_70 (the ``cuda12`` extra:
+``numba-cuda[cu12]`` brings libNVVM 12.9 and ptxas); no GPU is needed. Under the
+CUDA simulator the report re-runs itself in a child process without it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from typing import List, Optional
+
+FP64_RE = re.compile(r"^\s*(?:@%p\d+\s+)?[a-z]+(?:\.[a-z0-9]+)*\.f64\b", re.M)
+REG_RE = re.compile(r"Used (\d+) registers")
+SPILL_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+SMEM_RE = re.compile(r"(\d+) bytes smem")
+
+
+@dataclass
+class KernelReport:
+    family: str
+    variant: str
+    kernel: str
+    signature: str
+    registers: Optional[int] = None
+    stack_bytes: Optional[int] = None
+    spill_store_bytes: Optional[int] = None
+    spill_load_bytes: Optional[int] = None
+    shared_bytes: Optional[int] = None
+    fp64_instructions: Optional[int] = None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return (not self.error and self.fp64_instructions == 0
+                and self.spill_store_bytes == 0 and self.spill_load_bytes == 0)
+
+
+def find_ptxas() -> Optional[str]:
+    """ptxas from the cuda12 extra (nvidia-cuda-nvcc-cu12) first, then PATH, if it targets sm_70."""
+    candidates = []
+    try:
+        import nvidia.cuda_nvcc as nvcc_pkg  # type: ignore
+
+        for base in list(getattr(nvcc_pkg, "__path__", [])):
+            candidates.append(os.path.join(base, "bin", "ptxas"))
+    except ImportError:
+        pass
+    env = os.environ.get("DFLASH2_PTXAS")
+    if env:
+        candidates.insert(0, env)
+    found = shutil.which("ptxas")
+    if found:
+        candidates.append(found)
+    for c in candidates:
+        if c and os.path.exists(c):
+            try:
+                out = subprocess.run([c, "--help"], capture_output=True, text=True, timeout=30).stdout
+            except (OSError, subprocess.SubprocessError):
+                continue
+            if "sm_70" in out:
+                return c
+    return None
+
+
+def count_fp64(ptx: str) -> int:
+    return len(FP64_RE.findall(ptx))
+
+
+def assemble(ptxas: str, ptx: str, cc) -> dict:
+    arch = f"sm_{cc[0]}{cc[1]}"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        proc = subprocess.run([ptxas, f"-arch={arch}", "-v", src, "-o", os.path.join(tmp, "k.cubin")],
+                              capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise RuntimeError(f"ptxas failed: {log.strip()[-400:]}")
+    res = {}
+    m = REG_RE.search(log)
+    res["registers"] = int(m.group(1)) if m else None
+    m = SPILL_RE.search(log)
+    if m:
+        res["stack_bytes"], res["spill_store_bytes"], res["spill_load_bytes"] = map(int, m.groups())
+    m = SMEM_RE.search(log)
+    res["shared_bytes"] = int(m.group(1)) if m else 0
+    return res
+
+
+_SHORT = {"float16": "f16", "float32": "f32", "float64": "f64", "uint8": "u8", "int32": "i32",
+          "int64": "i64"}
+
+
+def _sig_text(sig) -> str:
+    parts = []
+    for t in sig:
+        dt = getattr(t, "dtype", None)
+        if dt is not None:
+            parts.append(f"{_SHORT.get(str(dt), str(dt))}[{t.ndim}{t.layout}]")
+        else:
+            parts.append(_SHORT.get(str(t), str(t)))
+    return " ".join(parts)
+
+
+def build_reports(cc=(7, 0), family: Optional[str] = None) -> List[KernelReport]:
+    import dflash2_numba  # noqa: F401  (registers every variant)
+    from dflash2_numba._compat import compile_ptx_cc
+    from dflash2_numba._registry import all_kernel_specs
+
+    ptxas = find_ptxas()
+    reports = []
+    for fam, vname, spec in all_kernel_specs():
+        if family and fam != family:
+            continue
+        for sig in spec.signatures:
+            r = KernelReport(fam, vname, spec.name, _sig_text(sig))
+            try:
+                ptx, _ = compile_ptx_cc(spec.pyfunc, sig, cc=cc)
+                r.fp64_instructions = count_fp64(ptx)
+                if ptxas is None:
+                    r.error = "no ptxas that targets sm_70 (install the cuda12 extra)"
+                else:
+                    for k, v in assemble(ptxas, ptx, cc).items():
+                        setattr(r, k, v)
+            except Exception as e:  # report and go on: one row per kernel
+                r.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            reports.append(r)
+    return reports
+
+
+def format_table(reports: List[KernelReport]) -> str:
+    head = f"{'variant':<22} {'kernel':<34} {'regs':>4} {'spill':>5} {'stack':>5} {'smem':>6} {'fp64':>4}  status"
+    lines = [head, "-" * len(head)]
+    for r in reports:
+        spill = (r.spill_store_bytes or 0) + (r.spill_load_bytes or 0)
+        status = "ok" if r.ok else (r.error or ("FP64" if r.fp64_instructions else "SPILLS"))
+        fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
+        lines.append(f"{r.family + '/' + r.variant:<22} {r.kernel:<34} {fmt(r.registers):>4} "
+                     f"{spill if r.registers is not None else '-':>5} {fmt(r.stack_bytes):>5} "
+                     f"{fmt(r.shared_bytes):>6} {fmt(r.fp64_instructions):>4}  {status}")
+        lines.append(f"{'':<22}   ({r.signature})")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dflash2_numba.ptx", description=__doc__.splitlines()[0])
+    ap.add_argument("--cc", default="7.0", help="compute capability, e.g. 7.0")
+    ap.add_argument("--family", choices=["attention", "gdn"], default=None)
+    ap.add_argument("--json", default=None, help="write the rows as JSON here")
+    args = ap.parse_args(argv)
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
+        env = dict(os.environ)
+        env.pop("NUMBA_ENABLE_CUDASIM")
+        return subprocess.call([sys.executable, "-m", "dflash2_numba.ptx", *(argv or sys.argv[1:])], env=env)
+    major, minor = (int(x) for x in args.cc.split("."))
+    reports = build_reports((major, minor), args.family)
+    print(format_table(reports))
+    bad = [r for r in reports if not r.ok]
+    print(f"\n{len(reports)} kernel signatures at sm_{major}{minor}: {len(reports) - len(bad)} ok, {len(bad)} failing")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([dict(asdict(r), ok=r.ok) for r in reports], f, indent=1)
+    if not reports:
+        print("no kernels registered")
+        return 1
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

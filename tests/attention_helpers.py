@@ -1,0 +1,35 @@
+"""Shared helpers for the attention test suites (simulator and GPU)."""
+from __future__ import annotations
+
+import numpy as np
+
+import oracle
+
+
+def case(rng, **kw):
+    """Keyword arguments for verify_attention / attention_reference (oracle's generator)."""
+    return oracle.random_attention_case(rng, **kw)
+
+
+def run(d2, c, **kw):
+    args = {k: v for k, v in c.items()}
+    args.update(kw)
+    return d2.verify_attention(**args)
+
+
+def ulp16(x):
+    """Spacing of float16 at |x| (subnormal spacing near 0)."""
+    a = np.abs(np.asarray(x, dtype=np.float64)).astype(np.float16)
+    return np.abs(np.nextafter(a, np.float16(np.inf)).astype(np.float64) - a.astype(np.float64))
+
+
+def check_against_oracle(out32, out16, ref, rel_bound=1e-5):
+    """FP32 pre-cast output within rel L2 ``rel_bound``; FP16 output is the RNE rounding of
+    the FP32 output, hence within one FP16 rounding (half an FP16 ulp) of it."""
+    rel = oracle.rel_l2(out32, ref)
+    assert rel <= rel_bound, f"rel L2 {rel:.3e} > {rel_bound}"
+    assert np.array_equal(out16, out32.astype(np.float16)), "FP16 output is not f16(FP32 output)"
+    err16 = np.abs(out16.astype(np.float64) - ref)
+    bound = 0.5 * ulp16(out32) + np.abs(out32.astype(np.float64) - ref)
+    assert np.all(err16 <= bound * (1 + 1e-12)), f"FP16 error {np.max(err16 - bound):.3e} past one rounding"
+    return rel
