@@ -121,7 +121,8 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
     scale32 = A.check_finite_scalar(scale, "scale")
     ks32 = A.check_finite_scalar(k_scale, "k_scale", positive=True)
     vs32 = A.check_finite_scalar(v_scale, "v_scale", positive=True)
-    qk_scale = np.float32(scale32 * ks32)
+    with np.errstate(over="ignore"):
+        qk_scale = np.float32(scale32 * ks32)
     if not np.isfinite(qk_scale):
         raise ValueError(f"scale: scale * k_scale overflows float32 ({scale!r} * {k_scale!r})")
     S = A.check_positive_int(splits, "splits")

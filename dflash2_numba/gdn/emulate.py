@@ -136,20 +136,21 @@ def serial_emulate(q, k, v, g, beta, scale=None, initial_state=None, cu_seqlens=
 def chunk_decay(gc):
     """Decay factors of one chunk (``gc`` float32 ``[L]``, already ``min(g, 0)``).
 
-    Row ``i`` runs backwards from the diagonal: ``s = 0; D[i,i] = 1``; for ``j = i-1 .. 0``:
-    ``s = s + g[j+1]; D[i,j] = E(s)``; then ``b_i = s + g[0]`` and ``gamma_i = E(b_i)``.
+    ``a_j = E(g_j)``; row ``i`` runs backwards from the diagonal: ``p = 1; D[i,i] = 1``; for
+    ``j = i-1 .. 0``: ``p = p * a[j+1]; D[i,j] = p``; then ``gamma_i = p * a[0]``.
     Returns ``D`` (lower triangle incl. diagonal, zeros above) and ``gamma``.
     """
     L = gc.shape[0]
+    a = exp32(gc)
     D = np.zeros((L, L), dtype=F32)
     gam = np.zeros(L, dtype=F32)
     for i in range(L):
-        s = F32(0)
+        p = F32(1)
         D[i, i] = F32(1)
         for j in range(i - 1, -1, -1):
-            s = F32(s + gc[j + 1])
-            D[i, j] = F32(math.exp(float(s)))
-        gam[i] = F32(math.exp(float(F32(s + gc[0]))))
+            p = F32(p * a[j + 1])
+            D[i, j] = p
+        gam[i] = F32(p * a[0])
     return D, gam
 
 

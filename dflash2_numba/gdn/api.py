@@ -1,0 +1,275 @@
+"""``gdn_prefill``: argument checks, the launch plan, and results in the caller's kind.
+
+Every check runs before anything is copied to the device or launched; a failure raises
+``TypeError`` (kind / dtype) or ``ValueError`` (shape, stride, range, value) naming the
+argument, and no caller buffer is written.
+
+Values
+------
+* ``scale`` must be finite in FP32 (default ``K ** -0.5`` rounded to FP32).
+* ``g`` must be finite and ``<= 0`` (log decay) and ``beta`` finite. These are checked on
+  the host (device arrays are copied to the host for it) unless ``check_values=False``;
+  the kernels read ``min(g, 0)`` in any case, so they never exponentiate a positive
+  number. q, k, v and the states are not value-checked (non-finite values propagate).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import _registry
+from .._arrays import (KIND_NUMPY, ArrayArg, as_array_arg, check_contiguous, check_dtype,
+                       check_finite_scalar, check_int_range, check_ndim, check_nonnegative_strides,
+                       check_shape, resolve_stream, result_like)
+from .._compat import cuda
+from ..contract import GDN_DIMS
+from ._common import VB, GdnPlan
+
+_IN_DTYPES = (np.float16, np.float32)
+
+
+def _bool_arg(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+def _to_device(a: ArrayArg, stream):
+    """Device view of an argument (numpy: a C-contiguous copy on the device)."""
+    if a.kind == KIND_NUMPY:
+        return cuda.to_device(np.ascontiguousarray(a.obj), stream=stream)
+    return a.device(stream)
+
+
+def _check_values(g: ArrayArg, beta: ArrayArg) -> None:
+    gv = np.asarray(g.host_values(), dtype=np.float32)
+    bad = np.flatnonzero(~(np.isfinite(gv) & (gv <= 0)))
+    if bad.size:
+        idx = np.unravel_index(int(bad[0]), gv.shape)
+        raise ValueError(f"g: the log decay must be finite and <= 0; found {gv[idx]!r} at index "
+                         f"{tuple(int(i) for i in idx)} (pass check_values=False to skip this check)")
+    bv = np.asarray(beta.host_values(), dtype=np.float32)
+    bad = np.flatnonzero(~np.isfinite(bv))
+    if bad.size:
+        idx = np.unravel_index(int(bad[0]), bv.shape)
+        raise ValueError(f"beta: must be finite; found {bv[idx]!r} at index "
+                         f"{tuple(int(i) for i in idx)} (pass check_values=False to skip this check)")
+
+
+def _sequences(B: int, T: int, cu: Optional[ArrayArg]) -> np.ndarray:
+    """int32 [N, 3] rows (batch row, first token, length)."""
+    if cu is None:
+        seqs = np.zeros((B, 3), dtype=np.int64)
+        seqs[:, 0] = np.arange(B)
+        seqs[:, 2] = T
+    else:
+        vals = np.asarray(cu.host_values()).astype(np.int64)
+        if vals[0] != 0:
+            raise ValueError(f"cu_seqlens: must start at 0, got {int(vals[0])}")
+        d = np.diff(vals)
+        if np.any(d < 0):
+            i = int(np.flatnonzero(d < 0)[0])
+            raise ValueError(f"cu_seqlens: must be non-decreasing; cu_seqlens[{i + 1}] = "
+                             f"{int(vals[i + 1])} < cu_seqlens[{i}] = {int(vals[i])}")
+        if vals[-1] != T:
+            raise ValueError(f"cu_seqlens: must end at T = {T}, got {int(vals[-1])}")
+        N = vals.shape[0] - 1
+        seqs = np.zeros((N, 3), dtype=np.int64)
+        seqs[:, 1] = vals[:-1]
+        seqs[:, 2] = d
+    return seqs.astype(np.int32)
+
+
+def _work_table(seqs: np.ndarray, HV: int, V: int) -> np.ndarray:
+    """int32 [N * HV * V/VB, 3] rows (sequence, value head, first column), longest first."""
+    N = seqs.shape[0]
+    nvb = V // VB
+    order = np.argsort(-seqs[:, 2].astype(np.int64), kind="stable")
+    n = np.repeat(order, HV * nvb)
+    hv = np.tile(np.repeat(np.arange(HV), nvb), N)
+    c0 = np.tile(np.arange(nvb) * VB, N * HV)
+    return np.stack([n, hv, c0], axis=1).astype(np.int32)
+
+
+def gdn_prefill(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
+                use_qk_l2norm=True, variant="chunked", output_final_state=True,
+                state_cache=None, state_indices=None, out_dtype=None, check_values=True,
+                stream=None, _max_ctas: int = 0, _threads: int = 0):
+    """Gated delta rule prefill (contract B): ``(o, final_state)``.
+
+    Arguments
+        q, k: float16 or float32 ``[B, T, H, K]``; v: the same dtype, ``[B, T, HV, V]`` with
+        ``HV % H == 0`` (value head ``i`` reads q/k head ``i // (HV // H)``);
+        ``K, V in {32, 64, 128}``. g, beta: float32 ``[B, T, HV]`` (g = log decay <= 0).
+        scale: FP32-finite number, default ``K ** -0.5``.
+        initial_state: float32 ``[N, HV, K, V]`` (C-contiguous), default zeros.
+        cu_seqlens: int32 ``[N + 1]`` packed variable-length layout (needs ``B == 1``):
+        starts at 0, non-decreasing, ends at ``T``; sequences of any length (0 included).
+        Without it ``N = B`` sequences of length ``T``.
+        use_qk_l2norm: normalise q and k rows (``x / sqrt(sum x^2 + 1e-6)``).
+        variant: ``"chunked"`` (frozen, default), ``"serial"`` or any name in
+        ``gdn_variants()``.
+        output_final_state: return the final state (else ``None``).
+        state_cache, state_indices: the server form. ``state_cache`` float32
+        ``[slots, HV, K, V]`` (C-contiguous, writable), ``state_indices`` int32 ``[N]``,
+        distinct, in ``[0, slots)``: sequence ``n`` starts from ``state_cache[state_indices[n]]``
+        and its final state is written back there in place; slots not named are never
+        touched. ``initial_state`` must then be ``None``; the second result is
+        ``state_cache`` itself (updated), whatever ``output_final_state`` says.
+        out_dtype: ``None`` (v's dtype) or ``"float32"`` (the FP32 result before the cast).
+        check_values: check g (finite, <= 0) and beta (finite) on the host first.
+        stream: numba / torch / cupy stream or raw handle (default stream if None).
+
+    Returns ``(o [B, T, HV, V], final_state float32 [N, HV, K, V] or None)`` in the kind of
+    array ``q`` came as (numpy in, numpy out; device arrays zero-copy).
+    """
+    # ---- array kinds, dtypes, shapes
+    qa = as_array_arg(q, "q")
+    ka = as_array_arg(k, "k")
+    va = as_array_arg(v, "v")
+    ga = as_array_arg(g, "g")
+    ba = as_array_arg(beta, "beta")
+    check_dtype(qa, _IN_DTYPES)
+    check_ndim(qa, 4, "[B, T, H, K]")
+    B, T, H, K = qa.shape
+    check_dtype(ka, [qa.dtype])
+    check_shape(ka, (B, T, H, K), "[B, T, H, K]")
+    check_dtype(va, [qa.dtype])
+    check_ndim(va, 4, "[B, T, HV, V]")
+    check_shape(va, (B, T, None, None), "[B, T, HV, V]")
+    HV, V = va.shape[2], va.shape[3]
+    if K not in GDN_DIMS:
+        raise ValueError(f"q: head dim K = {K} is not supported; expected one of {GDN_DIMS}")
+    if V not in GDN_DIMS:
+        raise ValueError(f"v: head dim V = {V} is not supported; expected one of {GDN_DIMS}")
+    if H < 1 or HV < 1 or HV % H != 0:
+        raise ValueError(f"v: value heads HV = {HV} must be a positive multiple of q/k heads H = {H}")
+    check_dtype(ga, [np.float32])
+    check_shape(ga, (B, T, HV), "[B, T, HV]")
+    check_dtype(ba, [np.float32])
+    check_shape(ba, (B, T, HV), "[B, T, HV]")
+    for a in (qa, ka, va, ga, ba):
+        check_nonnegative_strides(a)
+
+    # ---- flags and scalars
+    l2 = _bool_arg(use_qk_l2norm, "use_qk_l2norm")
+    want_state = _bool_arg(output_final_state, "output_final_state")
+    values = _bool_arg(check_values, "check_values")
+    if not isinstance(variant, str):
+        raise TypeError(f"variant: expected a str, got {type(variant).__name__}")
+    var = _registry.get_variant("gdn", variant)
+    scale32 = (np.float32(float(K) ** -0.5) if scale is None
+               else check_finite_scalar(scale, "scale"))
+    if out_dtype is None:
+        odt = np.dtype(qa.dtype)
+    else:
+        try:
+            odt = np.dtype(out_dtype)
+        except TypeError:
+            raise TypeError(f"out_dtype: expected None, 'float32' or {qa.dtype}, got {out_dtype!r}") from None
+        if odt not in (np.dtype(np.float32), np.dtype(qa.dtype)):
+            raise ValueError(f"out_dtype: expected None, 'float32' or {qa.dtype}, got {odt}")
+
+    # ---- sequences
+    cua = None
+    if cu_seqlens is not None:
+        cua = as_array_arg(cu_seqlens, "cu_seqlens")
+        check_dtype(cua, [np.int32])
+        check_ndim(cua, 1, "[N + 1]")
+        if cua.shape[0] < 1:
+            raise ValueError(f"cu_seqlens: expected shape [N + 1] with N >= 0, got {cua.shape}")
+        if B != 1:
+            raise ValueError(f"cu_seqlens: packed variable-length input needs B == 1, q has B = {B}")
+    seqs = _sequences(B, T, cua)
+    N = seqs.shape[0]
+
+    # ---- states
+    isa = None
+    if initial_state is not None:
+        isa = as_array_arg(initial_state, "initial_state")
+        check_dtype(isa, [np.float32])
+        check_shape(isa, (N, HV, K, V), "[N, HV, K, V]")
+        check_contiguous(isa)
+    sca = sia = None
+    idx_host = None
+    if state_cache is not None or state_indices is not None:
+        if state_cache is None:
+            raise ValueError("state_cache: state_indices was given without state_cache")
+        if state_indices is None:
+            raise ValueError("state_indices: state_cache was given without state_indices")
+        if isa is not None:
+            raise ValueError("initial_state: must be None when state_cache is given "
+                             "(the cache rows are the initial states)")
+        sca = as_array_arg(state_cache, "state_cache")
+        check_dtype(sca, [np.float32])
+        check_shape(sca, (None, HV, K, V), "[slots, HV, K, V]")
+        check_contiguous(sca)
+        if sca.kind == KIND_NUMPY and not sca.obj.flags.writeable:
+            raise ValueError("state_cache: the array is read-only")
+        sia = as_array_arg(state_indices, "state_indices")
+        check_dtype(sia, [np.int32])
+        check_shape(sia, (N,), "[N]")
+        idx_host = np.asarray(sia.host_values()).astype(np.int64)
+        check_int_range(idx_host, "state_indices", 0, sca.shape[0] - 1)
+        uniq, counts = np.unique(idx_host, return_counts=True)
+        if np.any(counts > 1):
+            dup = int(uniq[np.flatnonzero(counts > 1)[0]])
+            raise ValueError(f"state_indices: must be distinct; slot {dup} is named more than once")
+
+    if values:
+        _check_values(ga, ba)
+
+    plan_probe = GdnPlan(None, None, None, None, None, None, None, None, None, None, None, None,
+                         N * HV * (V // VB), scale32, np.int32(l2), B, T, H, HV, K, V, N,
+                         np.dtype(qa.dtype), odt)
+    var.supports(plan_probe)
+
+    # ---- everything checked: device arrays and launch
+    st = resolve_stream(stream)
+    dq, dk, dv = _to_device(qa, st), _to_device(ka, st), _to_device(va, st)
+    dg, dbeta = _to_device(ga, st), _to_device(ba, st)
+    d_o = cuda.device_array((B, T, HV, V), dtype=odt, stream=st)
+    final = None
+    if sca is not None:
+        dcache = _to_device(sca, st)
+        h0 = hT = dcache
+        h0_idx = hT_idx = cuda.to_device(idx_host.astype(np.int32), stream=st)
+    else:
+        if isa is not None:
+            h0 = _to_device(isa, st)
+            h0_idx = cuda.to_device(np.arange(N, dtype=np.int32), stream=st)
+        else:
+            h0 = cuda.device_array((1, 1, 1, 1), dtype=np.float32, stream=st)
+            h0_idx = cuda.to_device(np.full(N, -1, dtype=np.int32), stream=st)
+        if want_state:
+            final = cuda.device_array((N, HV, K, V), dtype=np.float32, stream=st)
+            hT = final
+            hT_idx = cuda.to_device(np.arange(N, dtype=np.int32), stream=st)
+        else:
+            hT = cuda.device_array((1, 1, 1, 1), dtype=np.float32, stream=st)
+            hT_idx = cuda.to_device(np.full(N, -1, dtype=np.int32), stream=st)
+    work = _work_table(seqs, HV, V)
+    plan = GdnPlan(dq, dk, dv, dg, dbeta, d_o, h0, h0_idx, hT, hT_idx,
+                   cuda.to_device(seqs, stream=st), cuda.to_device(work, stream=st),
+                   work.shape[0], scale32, np.int32(l2), B, T, H, HV, K, V, N,
+                   np.dtype(qa.dtype), odt, max_ctas=int(_max_ctas), threads=int(_threads))
+    var.run(plan, st)
+
+    # ---- results in the caller's kind
+    kind = qa.kind
+    o_out = result_like(kind, d_o, stream=st)
+    if sca is not None:
+        if sca.kind == KIND_NUMPY:
+            host = dcache.copy_to_host(stream=st)
+            if st != 0:
+                st.synchronize()
+            sca.obj[idx_host] = host[idx_host]
+        state_out = state_cache
+    elif final is not None:
+        state_out = result_like(kind, final, stream=st)
+    else:
+        state_out = None
+    if kind == KIND_NUMPY and st != 0:
+        st.synchronize()
+    return o_out, state_out

@@ -1,0 +1,108 @@
+"""Every bad argument to verify_attention raises TypeError/ValueError naming it, before any
+launch, and leaves caller buffers untouched."""
+import numpy as np
+import pytest
+
+import dflash2_numba as d2
+from dflash2_numba.contract import SENTINEL
+from tests.attention_helpers import case
+
+
+@pytest.fixture(scope="module")
+def good():
+    rng = np.random.default_rng(0)
+    return case(rng, B=2, Q=2, Hq=2, Hkv=1, D=64, page_size=8, seq_lens=[20, 9], strided=False)
+
+
+def _bad(good, match, exc=(ValueError, TypeError), **changes):
+    args = dict(good)
+    args.update(changes)
+    ws = d2.AttentionWorkspace(batch=2, q_len=2, heads=2, head_dim=64, splits=4)
+    ws.fill_sentinel()
+    args.setdefault("workspace", ws)
+    args.setdefault("splits", 4)
+    d2.route_counters(reset=True)
+    with pytest.raises(exc, match=match):
+        d2.verify_attention(**args)
+    assert d2.route_counters() == {}, "a kernel was launched"
+    if args["workspace"] is ws:
+        assert np.all(ws.partial.copy_to_host() == SENTINEL)
+        assert np.all(ws.lse.copy_to_host() == SENTINEL)
+        assert np.all(ws.out.copy_to_host() == SENTINEL)
+        assert ws.guards_intact()
+
+
+def test_q_dtype(good):
+    _bad(good, "q", exc=TypeError, q=good["q"].astype(np.float32))
+
+
+def test_q_shape_and_limits(good):
+    _bad(good, "q", q=good["q"][0])
+    _bad(good, "q", q=np.zeros((2, 9, 2, 64), np.float16), workspace=None)
+    _bad(good, "q", q=np.zeros((2, 2, 2, 48), np.float16), workspace=None)
+    _bad(good, "q", q=np.zeros((2, 2, 9, 64), np.float16), workspace=None)   # G > 8
+
+
+def test_cache_dtype_shape_stride(good):
+    _bad(good, "k_cache", exc=TypeError, k_cache=good["k_cache"].astype(np.int8))
+    _bad(good, "v_cache", v_cache=good["v_cache"][:-1])
+    _bad(good, "k_cache", k_cache=good["k_cache"][..., :32])
+    _bad(good, "k_cache", k_cache=np.zeros((4, 8, 1, 128), np.uint8)[..., ::2])
+
+
+def test_block_table(good):
+    _bad(good, "block_table", exc=TypeError, block_table=good["block_table"].astype(np.int64))
+    bt = good["block_table"].copy()
+    bt[0, 0] = good["k_cache"].shape[0]
+    _bad(good, "block_table", block_table=bt)
+    bt = good["block_table"].copy()
+    bt[1, 0] = -1
+    _bad(good, "block_table", block_table=bt)
+    _bad(good, "block_table", block_table=good["block_table"][:1])
+
+
+def test_unreached_table_entries_are_not_checked(good):
+    bt = good["block_table"].copy()
+    bt[1, -1] = -1          # request 1 (9 tokens, page 8) reaches columns 0 and 1 only
+    assert bt.shape[1] >= 3
+    d2.verify_attention(**dict(good, block_table=bt, splits=4))
+
+
+def test_seq_lens_and_row_lengths(good):
+    _bad(good, "seq_lens", exc=TypeError, seq_lens=good["seq_lens"].astype(np.int64))
+    _bad(good, "seq_lens", seq_lens=np.array([10_000, 9], np.int32))
+    _bad(good, "seq_lens", seq_lens=np.array([20], np.int32))
+    _bad(good, "row_lengths", row_lengths=np.zeros((2, 3), np.int32))
+    _bad(good, "row_lengths", row_lengths=np.full((2, 2), 10_000, np.int32))
+    _bad(good, "row_lengths", exc=TypeError, row_lengths=np.zeros((2, 2), np.float32))
+
+
+def test_scales(good):
+    _bad(good, "scale", scale=float("nan"))
+    _bad(good, "scale", scale=float("inf"))
+    _bad(good, "k_scale", k_scale=0.0)
+    _bad(good, "v_scale", v_scale=-1.0)
+    _bad(good, "v_scale", exc=TypeError, v_scale="1")
+    _bad(good, "scale", scale=1e30, k_scale=1e30)
+
+
+def test_splits_variant_out_dtype(good):
+    _bad(good, "splits", splits=0, workspace=None)
+    _bad(good, "variant", variant="nope")
+    _bad(good, "out_dtype", exc=TypeError, out_dtype="bfloat16")
+
+
+def test_workspace_and_out(good):
+    _bad(good, "workspace", workspace=d2.AttentionWorkspace(batch=2, q_len=2, heads=2, head_dim=64, splits=5))
+    _bad(good, "workspace", exc=TypeError, workspace=object())
+    out = np.full((2, 2, 2, 32), 7, np.float16)
+    _bad(good, "out", out=out)
+    assert np.all(out == 7)
+    out = np.full((2, 2, 2, 64), 7, np.float32)
+    _bad(good, "out", exc=TypeError, out=out)
+    assert np.all(out == 7)
+
+
+def test_not_an_array(good):
+    _bad(good, "block_table", exc=TypeError, block_table=[[0, 1]])
+    _bad(good, "q", exc=TypeError, q=None)

@@ -1,0 +1,148 @@
+"""Oracle metrics (contract part C) on hand cases, the self-check, and import hygiene."""
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import oracle
+from oracle import Mismatch, first_mismatch, max_abs, rel_l2
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- rel_l2
+
+def test_rel_l2_hand():
+    assert rel_l2([1.0, 1.0], [1.0, 2.0]) == pytest.approx(1 / math.sqrt(5), rel=1e-15)
+    assert rel_l2([3.0, 4.0], [3.0, 4.0]) == 0.0
+    assert rel_l2(np.array([[0.0, 2.0]]), np.array([[0.0, 1.0]])) == 1.0
+
+
+def test_rel_l2_zero_reference_is_absolute_norm():
+    assert rel_l2([3.0, 4.0], [0.0, 0.0]) == 5.0
+    assert rel_l2([0.0, -0.0], [0.0, 0.0]) == 0.0
+    assert rel_l2(np.zeros((0, 3)), np.zeros((0, 3))) == 0.0
+
+
+def test_rel_l2_nan_and_inf():
+    assert math.isnan(rel_l2([np.nan, 1.0], [1.0, 1.0]))
+    assert math.isnan(rel_l2([1.0, 1.0], [1.0, np.nan]))
+    assert math.isinf(rel_l2([np.inf, 1.0], [1.0, 1.0]))
+    assert math.isnan(rel_l2([1.0, 1.0], [np.inf, 1.0]))
+
+
+def test_rel_l2_computed_in_float64():
+    ref = np.array([1.0, 1.0], np.float16)
+    x = np.array([1.0, np.float16(1.0) + np.float16(2.0 ** -10)], np.float16)
+    assert rel_l2(x, ref) == pytest.approx(2.0 ** -10 / math.sqrt(2), rel=1e-15)
+    big = np.array([1e200, 1e200])
+    assert rel_l2(big * 1.5, big) == pytest.approx(0.5, rel=1e-15)       # no overflow
+    tiny = np.array([1e-200, 1e-200])
+    assert rel_l2(tiny * 1.5, tiny) == pytest.approx(0.5, rel=1e-15)     # no underflow
+
+
+def test_rel_l2_shape_mismatch():
+    with pytest.raises(ValueError, match="shape"):
+        rel_l2(np.zeros(3), np.zeros(4))
+
+
+# ----------------------------------------------------------------------------- max_abs
+
+def test_max_abs_hand():
+    assert max_abs([1.0, 5.0], [2.0, 2.0]) == 3.0
+    assert max_abs(np.float32([0.5]), np.float64([0.25])) == 0.25
+    assert max_abs(np.zeros(0), np.zeros(0)) == 0.0
+    assert math.isnan(max_abs([1.0, np.nan], [1.0, 1.0]))
+    with pytest.raises(ValueError, match="shape"):
+        max_abs(np.zeros(2), np.zeros(3))
+
+
+# ----------------------------------------------------------------------------- first_mismatch
+
+def test_first_mismatch_identical_is_none():
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    assert first_mismatch(a, a.copy()) is None
+    assert first_mismatch(np.zeros((0, 5), np.float16), np.zeros((0, 5), np.float16)) is None
+
+
+def test_first_mismatch_finds_first_index():
+    a = np.zeros((2, 3, 4), np.float16)
+    b = a.copy()
+    b[1, 2, 0] = 1.0
+    b[1, 2, 3] = 2.0
+    m = first_mismatch(a, b)
+    assert isinstance(m, Mismatch) and m.reason == "value"
+    assert m.index == (1, 2, 0) and m.flat_index == 1 * 12 + 2 * 4 + 0
+    assert m.a_value == 0.0 and m.b_value == 1.0 and m.count == 2
+    assert m.a_bytes == "0000" and m.b_bytes == "003c"
+    assert "(1, 2, 0)" in str(m)
+
+
+def test_first_mismatch_signed_zero_differs():
+    m = first_mismatch(np.array([1.0, 0.0], np.float32), np.array([1.0, -0.0], np.float32))
+    assert m is not None and m.index == (1,)
+
+
+def test_first_mismatch_nan_payloads_compare_by_bytes():
+    n1 = np.array([0x7FC00000], np.uint32).view(np.float32)
+    n2 = np.array([0x7FC00001], np.uint32).view(np.float32)
+    assert first_mismatch(n1, n1.copy()) is None            # same NaN bits: equal
+    m = first_mismatch(n1, n2)                              # different payload: differ
+    assert m is not None and m.index == (0,)
+    h1 = np.array([0x7E00, 0xFE00], np.uint16).view(np.float16)
+    assert first_mismatch(h1, h1.copy()) is None
+    assert first_mismatch(h1, h1[::-1].copy()).index == (0,)  # +NaN vs -NaN
+
+
+def test_first_mismatch_layout_independent():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert first_mismatch(a, np.asfortranarray(a)) is None
+    t = a.T                                                 # non-contiguous view
+    m = first_mismatch(t, np.ascontiguousarray(t) * 1)
+    assert m is None
+    c = np.ascontiguousarray(t)
+    c[3, 1] = -1
+    assert first_mismatch(t, c).index == (3, 1)
+
+
+def test_first_mismatch_shape_and_dtype():
+    m = first_mismatch(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32))
+    assert m.reason == "shape" and m.a_value == (2, 3) and m.b_value == (3, 2)
+    assert "shape" in str(m)
+    m = first_mismatch(np.zeros(3, np.float32), np.zeros(3, np.float16))
+    assert m.reason == "dtype" and m.a_value == "float32" and m.b_value == "float16"
+
+
+def test_first_mismatch_scalar_arrays():
+    assert first_mismatch(np.float32(1.5), np.float32(1.5)) is None
+    m = first_mismatch(np.array(1.5, np.float32), np.array(2.5, np.float32))
+    assert m.index == () and m.flat_index == 0
+
+
+# ----------------------------------------------------------------------------- selfcheck, hygiene
+
+def test_selfcheck_passes(capsys):
+    assert oracle.run_selfcheck(verbose=True) is True
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("oracle ")]
+    assert len(lines) >= 9 and all("FAIL" not in ln for ln in lines)
+    assert oracle.run_selfcheck(verbose=False) is True
+    assert capsys.readouterr().out == ""
+
+
+def test_oracle_never_imports_numba():
+    code = ("import sys, oracle, oracle.selfcheck; oracle.run_selfcheck(False); "
+            "bad = [m for m in sys.modules if m == 'numba' or m.startswith('numba.') "
+            "or m.startswith('dflash2_numba')]; print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_public_names():
+    for name in ("attention_reference", "gdn_reference", "gdn_reference_chunked", "rel_l2",
+                 "max_abs", "first_mismatch", "run_selfcheck", "attention_reference_mp",
+                 "gdn_reference_mp"):
+        assert callable(getattr(oracle, name)), name
