@@ -29,3 +29,4 @@ from .workspace import AttentionWorkspace  # noqa: E402
 
 __all__ += ["AttentionPlan", "AttentionResult", "plan_attention", "verify_attention",
             "AttentionWorkspace"]
+from .gdn import gdn_prefill  # noqa: E402,F401

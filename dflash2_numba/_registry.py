@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ._compat import exact_fp32
 
@@ -59,10 +59,12 @@ class Variant:
     kernels: Tuple[KernelSpec, ...]
     run: Callable        # family-specific launcher: run(plan, stream)
     supports: Callable = field(default=lambda plan: None)  # raises UnsupportedShape
+    bitwise_reference: Optional[str] = None  # the frozen variant it must match byte for byte
 
     def describe(self) -> Dict[str, str]:
         return {"description": self.description, "contract": self.contract,
-                "kernels": ", ".join(k.name for k in self.kernels)}
+                "kernels": ", ".join(k.name for k in self.kernels),
+                "bitwise_reference": self.bitwise_reference or self.name}
 
 
 _variants: Dict[str, Dict[str, Variant]] = {"attention": {}, "gdn": {}}

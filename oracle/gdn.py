@@ -147,9 +147,12 @@ def _gdn_fp64(p):
         hT[...] = p["h0"].astype(np.float64)[order].transpose(0, 1, 3, 2)
     o = np.zeros((B * T, HV, V), dtype=np.float64)
     Tmax = int(lens_s[0]) if N else 0
-    for t0 in range(0, Tmax, _STEP_BLOCK):
-        t1 = min(Tmax, t0 + _STEP_BLOCK)
+    t0 = 0
+    while t0 < Tmax:
         n0 = int(np.count_nonzero(lens_s > t0))          # sequences active at t0
+        # about 8 MiB per converted input block
+        tb = max(1, min(_STEP_BLOCK, (1 << 20) // max(1, n0 * HV * max(K, V))))
+        t1 = min(Tmax, t0 + tb)
         steps = np.arange(t0, t1)
         # rows [tb, n]: token t of sequence n (clipped past its end; those rows are unused)
         rows = starts_s[None, :n0] + np.minimum(steps[:, None], lens_s[None, :n0] - 1)
@@ -179,6 +182,7 @@ def _gdn_fp64(p):
             if e > t0:
                 r0 = int(starts_s[n])
                 o[r0 + t0:r0 + e] = ob[:e - t0, n]
+        t0 = t1
     state = np.empty((N, HV, K, V), dtype=np.float64)
     state[order] = hT.transpose(0, 1, 3, 2)
     return o.reshape(B, T, HV, V), state

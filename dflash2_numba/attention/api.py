@@ -63,6 +63,7 @@ class AttentionPlan:
     kind: str
     stream: Any = 0
     out_host: Any = None     # a caller's numpy ``out``, filled after the launch
+    workspace: Any = None    # the caller's AttentionWorkspace, if one was given
 
     def launch(self, stream=None) -> None:
         """Launch the variant's kernels (no checks, no transfers): graph-capturable."""
@@ -188,7 +189,8 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         block_table=bt.device(strm), seq_lens=sl.device(strm), row_lengths=rows_dev,
         decode_table=_device_decode_table(), partial=partial, lse=lse, out=out_dev,
         kind=qa.kind, stream=strm,
-        out_host=oa.obj if oa is not None and oa.kind == A.KIND_NUMPY else None)
+        out_host=oa.obj if oa is not None and oa.kind == A.KIND_NUMPY else None,
+        workspace=workspace)
 
 
 def verify_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale=1.0,

@@ -55,7 +55,7 @@ number, and underflows gracefully to 0 under strong decay.
 Design
 ------
 One CTA per work item (sequence, value head, block of VB = 32 state columns), persistent:
-``grid = min(items, 2 * SMs)`` CTAs walk the work table (longest sequences first) with a
+``grid = min(items, SMs)`` CTAs walk the work table (longest sequences first) with a
 grid stride; 256 threads on a GPU (64 on the simulator: the order does not depend on the
 thread count, every scalar is computed by one thread with a fixed-order loop). The CTA
 walks its sequence's chunks in order, recomputing the chunk-local quantities (steps 1-5)

@@ -1,0 +1,740 @@
+#!/usr/bin/env python3
+"""q8 verification attention on the GPU: sixteen layers in one CUDA graph, roofline
+fractions, launch overhead, and the PyTorch peers side by side.
+
+Production shape (per rank): B=1, Q=8 new tokens, Hq=6 query heads, Hkv=1 KV head, D=256,
+E4M3 K/V cache, page 3296 tokens, 80 logical splits. Sixteen distinct layers (own K/V
+caches, block tables, seq_lens, q and workspaces); for each context and attention variant
+the split + combine kernels of all sixteen layers are captured in one CUDA graph
+(``torch.cuda.graph``; numba kernels launched on the capture stream through
+``numba.cuda.external_stream``) and replayed. Eager launches of the same sixteen layers
+are timed in the same rounds; the difference is the launch overhead the graph removes.
+
+Ceilings, measured in the same run: FP32 FMA instructions per second (a numba kernel of
+independent FMA chains) and device-to-device copy bandwidth (bytes read + written).
+Cost model (contract): ~850 FP32 instructions per (row, key), rows = Q*Hq, so the
+16-layer floor is 850*rows*T*16 / FMA rate; bytes per layer ~ 2*T*Hkv*D (K and V) + q +
+split workspace written and read back + output.
+
+Peers (torch only, each graph-captured when possible, else eager): the PyTorch path a
+user would write (gather pages, E4M3 -> FP16 via float8_e4m3fn views, QK^T, FP32 softmax,
+PV, times v_scale, causal inside the block) and scaled_dot_product_attention on the
+dequantised FP16 (boolean block mask; and lower-right causal bias where available).
+Accuracy: relative L2 against the FP64 oracle at one context (--acc-context), layer 0.
+
+Usage: ``python3 bench/attention.py [--out DIR] [--contexts 1024,32768] [--variants all]``;
+``--smoke`` is a tiny configuration for the CUDA simulator (NUMBA_ENABLE_CUDASIM=1):
+host perf_counter timing, no graphs, no torch. Progress goes to stderr; a short table
+is printed last; attention.json, attention.md and attention.png are written to --out.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import gc  # noqa: E402
+import inspect  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import dflash2_numba as d2  # noqa: E402  (numpy shim before numba)
+from bench import _common as C  # noqa: E402
+from dflash2_numba.contract import active_splits  # noqa: E402
+from numba import cuda  # noqa: E402
+
+import oracle  # noqa: E402
+
+INSTR_PER_ROW_KEY = 850          # contract cost model: FP32 instructions per (row, key)
+PRODUCTION = dict(Q=8, Hq=6, Hkv=1, D=256, page=3296, splits=80, layers=16,
+                  contexts=[1024, 32768, 65536, 131072, 261888], acc_context=32768)
+SMOKE = dict(Q=2, Hq=2, Hkv=1, D=64, page=16, splits=2, layers=2,
+             contexts=[40, 160], acc_context=160)   # 160 keys: two active splits
+SCALE_K = 0.75                   # k_scale and v_scale: not 1, so the scale paths are exercised
+SCALE_V = 1.25
+
+try:  # numba's grid-size advice on every small launch is noise here
+    from numba.core.errors import NumbaPerformanceWarning
+
+    warnings.simplefilter("ignore", NumbaPerformanceWarning)
+except Exception:  # noqa: BLE001
+    pass
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=None, help="output folder (default $OUT, else ./bench_out)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny configuration (runs on the CUDA simulator; no graphs, no torch)")
+    p.add_argument("--contexts", default=None,
+                   help="comma-separated context lengths (seq_lens, incl. the Q new tokens)")
+    p.add_argument("--variants", default="all", help="comma-separated attention variants, or 'all'")
+    p.add_argument("--layers", type=int, default=None, help="distinct layers (default 16)")
+    p.add_argument("--trials", type=int, default=None, help="timed trials per item (default 7)")
+    p.add_argument("--target-ms", type=float, default=30.0,
+                   help="approximate length of one trial (graph replays / eager rounds)")
+    p.add_argument("--acc-context", type=int, default=None,
+                   help="context of the accuracy check vs the FP64 oracle (default 32768)")
+    p.add_argument("--no-peers", action="store_true", help="skip the PyTorch peers")
+    p.add_argument("--no-eager", action="store_true", help="skip the eager (no graph) timing")
+    p.add_argument("--budget-s", type=float, default=420.0,
+                   help="wall-clock budget; optional work is skipped once it is spent")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- inputs
+
+class Layer:
+    """One layer's device inputs: q, K/V caches, block table, workspace, and per-context
+    seq_lens; plus host copies when the oracle needs them."""
+
+    def __init__(self, idx, q, kc, vc, bt, ws, n_pages):
+        self.idx = idx
+        self.q, self.kc, self.vc, self.bt, self.ws = q, kc, vc, bt, ws
+        self.n_pages = n_pages
+        self.seq_lens = {}
+
+
+def make_layers(cfg, torch, rng, max_ctx):
+    Q, Hq, Hkv, D, page, S = (cfg[k] for k in ("Q", "Hq", "Hkv", "D", "page", "splits"))
+    P = -(-max_ctx // page)
+    layers = []
+    for i in range(cfg["layers"]):
+        perm = rng.permutation(P).astype(np.int32).reshape(1, P)
+        q_np = rng.standard_normal((1, Q, Hq, D)).astype(np.float16)
+        if torch is not None:
+            gen = torch.Generator(device="cuda")
+            gen.manual_seed(int(rng.integers(1 << 62)))
+
+            def cache():
+                x = torch.randn((P, page, Hkv, D), generator=gen, device="cuda",
+                                dtype=torch.float16)
+                x.mul_(2.0).clamp_(-448.0, 448.0)
+                c = x.to(torch.float8_e4m3fn).view(torch.uint8)
+                del x
+                return c
+
+            kc, vc = cache(), cache()
+            q = torch.from_numpy(q_np).cuda()
+            bt = torch.from_numpy(perm).cuda()
+        else:
+            from oracle.selfcheck import encode_e4m3
+
+            kc = cuda.to_device(encode_e4m3(rng.standard_normal((P, page, Hkv, D)) * 2.0))
+            vc = cuda.to_device(encode_e4m3(rng.standard_normal((P, page, Hkv, D)) * 2.0))
+            q = cuda.to_device(q_np)
+            bt = cuda.to_device(perm)
+        ws = d2.AttentionWorkspace(batch=1, q_len=Q, heads=Hq, head_dim=D, splits=S)
+        layers.append(Layer(i, q, kc, vc, bt, ws, P))
+    if torch is not None:
+        torch.cuda.synchronize()
+    return layers
+
+
+def device_int32(torch, values):
+    a = np.asarray(values, dtype=np.int32)
+    return torch.from_numpy(a).cuda() if torch is not None else cuda.to_device(a)
+
+
+def to_host(x):
+    """numpy copy of a torch tensor, numba device array or numpy array."""
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    if hasattr(x, "copy_to_host"):
+        return x.copy_to_host()
+    return np.asarray(x)
+
+
+# --------------------------------------------------------------------------- graphs
+
+def _graph_kwargs(torch):
+    try:
+        params = inspect.signature(torch.cuda.graph).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"capture_error_mode": "thread_local"} if "capture_error_mode" in params else {}
+
+
+def capture_graph(torch, launch_fn):
+    """Capture ``launch_fn(numba_stream)`` into a torch CUDA graph. Numba frees are deferred
+    and Python's GC is off while capturing, so no cuMemFree lands in the capture."""
+    g = torch.cuda.CUDAGraph()
+    gc.collect()
+    defer = getattr(cuda, "defer_cleanup", None)
+    was = gc.isenabled()
+    with (defer() if defer is not None else contextlib.nullcontext()):
+        gc.disable()
+        try:
+            with torch.cuda.graph(g, **_graph_kwargs(torch)):
+                launch_fn(C.numba_stream_of_torch(torch))
+        finally:
+            if was:
+                gc.enable()
+    torch.cuda.synchronize()
+    return g
+
+
+# --------------------------------------------------------------------------- peers
+
+def _qk_scale(scale, k_scale):
+    return float(np.float32(np.float32(scale) * np.float32(k_scale)))
+
+
+class PeerContext:
+    """Per-context tensors shared by the torch peers: the visible-key mask and page lists."""
+
+    def __init__(self, torch, cfg, T):
+        Q, Hq, Hkv = cfg["Q"], cfg["Hq"], cfg["Hkv"]
+        G = Hq // Hkv
+        j = torch.arange(T, device="cuda")
+        last = T - Q + torch.arange(Q, device="cuda")            # row t sees j <= T - Q + t
+        self.allow = j[None, :] <= last[:, None]                  # [Q, T] bool
+        self.block_rows = (~self.allow).repeat_interleave(G, dim=0)   # [Q*G, T], rows t*G+g
+        self.n_pages = -(-T // cfg["page"])
+        self.T = T
+
+
+def peer_torch_path(torch, cfg, layer, pc, scale):
+    """The PyTorch path a user would write; returns fn() -> out [1, Q, Hq, D] fp16."""
+    Q, Hq, Hkv, D = cfg["Q"], cfg["Hq"], cfg["Hkv"], cfg["D"]
+    G = Hq // Hkv
+    T = pc.T
+    qk = _qk_scale(scale, SCALE_K)
+    vs = float(np.float32(SCALE_V))
+    pages = layer.bt[0, :pc.n_pages].long()
+    qh = layer.q[0].reshape(Q, Hkv, G, D).permute(1, 0, 2, 3).reshape(Hkv, Q * G, D)
+    block = pc.block_rows
+
+    def fn():
+        k = layer.kc.index_select(0, pages).reshape(-1, Hkv, D)[:T]
+        v = layer.vc.index_select(0, pages).reshape(-1, Hkv, D)[:T]
+        k = k.view(torch.float8_e4m3fn).to(torch.float16)        # exact dequantisation
+        v = v.view(torch.float8_e4m3fn).to(torch.float16)
+        s = torch.matmul(qh, k.permute(1, 2, 0)).float()           # [Hkv, Q*G, T]
+        s.mul_(qk).masked_fill_(block, float("-inf"))
+        p = torch.softmax(s, dim=-1)
+        o = torch.matmul(p.to(torch.float16), v.permute(1, 0, 2))  # [Hkv, Q*G, D]
+        o = o * vs
+        return o.reshape(Hkv, Q, G, D).permute(1, 0, 2, 3).reshape(1, Q, Hq, D)
+
+    return fn
+
+
+def _sdpa_has_gqa(torch):
+    try:
+        return "enable_gqa" in inspect.signature(
+            torch.nn.functional.scaled_dot_product_attention).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def peer_sdpa(torch, cfg, layer, pc, scale, lower_right=False):
+    """scaled_dot_product_attention on the dequantised FP16 K/V with the causal block mask
+    (boolean [Q, T], or torch's lower-right causal bias)."""
+    Q, Hq, Hkv, D = cfg["Q"], cfg["Hq"], cfg["Hkv"], cfg["D"]
+    T = pc.T
+    F = torch.nn.functional
+    qk = _qk_scale(scale, SCALE_K)
+    vs = float(np.float32(SCALE_V))
+    pages = layer.bt[0, :pc.n_pages].long()
+    qs = layer.q.permute(0, 2, 1, 3)                                 # [1, Hq, Q, D]
+    gqa = _sdpa_has_gqa(torch) and Hkv != Hq and not lower_right
+    if lower_right:
+        from torch.nn.attention.bias import causal_lower_right
+
+        mask = causal_lower_right(Q, T)
+    else:
+        mask = pc.allow
+
+    def fn():
+        k = layer.kc.index_select(0, pages).reshape(-1, Hkv, D)[:T]
+        v = layer.vc.index_select(0, pages).reshape(-1, Hkv, D)[:T]
+        k = k.view(torch.float8_e4m3fn).to(torch.float16).permute(1, 0, 2).unsqueeze(0)
+        v = v.view(torch.float8_e4m3fn).to(torch.float16).permute(1, 0, 2).unsqueeze(0)
+        if gqa:
+            o = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, scale=qk,
+                                               enable_gqa=True)
+        else:
+            if Hkv == 1 and Hq > 1:          # a broadcast view, no copy
+                k = k.expand(1, Hq, T, D)
+                v = v.expand(1, Hq, T, D)
+            elif Hkv != Hq:
+                k = k.repeat_interleave(Hq // Hkv, dim=1)
+                v = v.repeat_interleave(Hq // Hkv, dim=1)
+            o = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, scale=qk)
+        return (o * vs).permute(0, 2, 1, 3)                          # [1, Q, Hq, D]
+
+    return fn
+
+
+PEERS = {
+    "torch_path": lambda torch, cfg, layer, pc, scale: peer_torch_path(torch, cfg, layer, pc, scale),
+    "sdpa_mask": lambda torch, cfg, layer, pc, scale: peer_sdpa(torch, cfg, layer, pc, scale),
+    "sdpa_lower_right": lambda torch, cfg, layer, pc, scale: peer_sdpa(torch, cfg, layer, pc,
+                                                                       scale, lower_right=True),
+}
+
+
+# --------------------------------------------------------------------------- cost model
+
+def cost_model(cfg, T):
+    Q, Hq, Hkv, D, S = (cfg[k] for k in ("Q", "Hq", "Hkv", "D", "splits"))
+    rows = Q * Hq
+    A = active_splits(T, S)
+    kv = 2 * T * Hkv * D
+    ws = 2 * A * Q * Hq * (D + 2) * 4          # partial + lse written by split, read by combine
+    qo = 2 * Q * Hq * D * 2                    # q read, FP16 out written
+    return {"rows": rows, "active_splits": A, "instr_per_layer": INSTR_PER_ROW_KEY * rows * T,
+            "bytes_per_layer": kv + ws + qo, "kv_bytes_per_layer": kv,
+            "workspace_bytes_per_layer": ws}
+
+
+def roofline(cm, layers, ms_all, ceil):
+    fma = (ceil.get("fma") or {}).get("fma_instr_per_s")
+    bw = (ceil.get("copy") or {}).get("bytes_per_s")
+    out = {}
+    if fma:
+        out["floor_instr_ms_all"] = cm["instr_per_layer"] * layers / fma * 1e3
+    if bw:
+        out["floor_bytes_ms_all"] = cm["bytes_per_layer"] * layers / bw * 1e3
+    if ms_all:
+        if "floor_instr_ms_all" in out:
+            out["frac_fp32_floor"] = out["floor_instr_ms_all"] / ms_all
+        if "floor_bytes_ms_all" in out:
+            out["frac_bandwidth"] = out["floor_bytes_ms_all"] / ms_all
+        out["achieved_bytes_per_s"] = cm["bytes_per_layer"] * layers / (ms_all * 1e-3)
+    return out
+
+
+# --------------------------------------------------------------------------- main
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    cfg = dict(SMOKE if args.smoke else PRODUCTION)
+    if args.contexts:
+        cfg["contexts"] = [int(x) for x in args.contexts.split(",") if x.strip()]
+    if args.layers:
+        cfg["layers"] = int(args.layers)
+    contexts = sorted(set(cfg["contexts"]))
+    if not contexts or min(contexts) < cfg["Q"]:
+        print(f"error: every context must be >= Q = {cfg['Q']}: {contexts}", file=sys.stderr)
+        return 2
+    trials = args.trials or (2 if C.SIMULATOR else 7)
+    acc_ctx_req = args.acc_context or cfg["acc_context"]
+    acc_ctx = min(contexts, key=lambda c: (abs(c - acc_ctx_req), c))
+    budget = C.Budget(args.budget_s)
+    out_dir = C.out_dir(args.out)
+    notes = []
+
+    all_variants = d2.attention_variants()
+    if args.variants.strip().lower() == "all":
+        variants = list(all_variants)
+    else:
+        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        unknown = [v for v in variants if v not in all_variants]
+        if unknown:
+            print(f"error: unknown attention variants {unknown}; known: {sorted(all_variants)}",
+                  file=sys.stderr)
+            return 2
+
+    torch, why_no_torch = C.try_import_torch()
+    if torch is None:
+        notes.append(f"no torch: {why_no_torch}; no CUDA graphs and no peers")
+    use_graphs = torch is not None
+    clock = C.Clock(torch)
+    if C.SIMULATOR:
+        notes.append("CUDA simulator: times are host perf_counter around simulated kernels "
+                     "(no CUDA events, no graphs); they say nothing about GPU speed")
+    meta = C.run_meta(args.smoke, clock.method)
+    C.log(f"attention bench on {meta.get('device')}; variants {variants}; contexts {contexts}; "
+          f"{cfg['layers']} layers; timing {clock.method}")
+
+    ceilings = C.measure_ceilings(clock, smoke=args.smoke)
+    l2 = meta.get("l2_bytes")
+    if not l2 and torch is not None:
+        try:
+            l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
+            meta["l2_bytes"] = l2
+        except Exception:  # noqa: BLE001
+            l2 = None
+    scale = cfg["D"] ** -0.5
+    rng = np.random.default_rng(args.seed)
+
+    C.log(f"allocating {cfg['layers']} layers for context {max(contexts)}")
+    layers = make_layers(cfg, torch, rng, max(contexts))
+    kv_total = sum(2 * L.n_pages * cfg["page"] * cfg["Hkv"] * cfg["D"] for L in layers)
+    C.log(f"  K/V caches: {kv_total / 1e9:.3f} GB in {2 * len(layers)} allocations")
+
+    results = []        # one row per (context, impl, mode)
+    overhead = []
+    accuracy = {"context": acc_ctx, "layer": 0, "rows": {}}
+    peers_info = {}
+    graph_checks = []
+    skipped = []
+
+    for T in contexts:
+        if budget.exceeded():
+            skipped.append(T)
+            continue
+        cm = cost_model(cfg, T)
+        ws_bytes = cfg["layers"] * (cm["kv_bytes_per_layer"] + cm["workspace_bytes_per_layer"])
+        l2_note = None
+        if l2 and ws_bytes <= 2 * l2:
+            l2_note = (f"context {T}: the 16-layer working set ({ws_bytes / 1e6:.1f} MB) is within "
+                       f"2x the L2 ({l2 / 1e6:.0f} MB); replays may hit L2, bandwidth fractions "
+                       f"are flattered")
+            notes.append(l2_note)
+        for L in layers:
+            L.seq_lens[T] = device_int32(torch, [T])
+        C.log(f"context {T}: {cm['active_splits']} active splits, "
+              f"{ws_bytes / 1e6:.1f} MB working set")
+
+        items = {}      # name -> trial fn
+        labels = {}     # name -> (impl, kind, mode)
+        graphs = []
+        # ---- variants: plans, eager warm-up (compiles), graph capture
+        for v in variants:
+            try:
+                plans = [d2.plan_attention(L.q, L.kc, L.vc, L.bt, L.seq_lens[T], scale=scale,
+                                           k_scale=SCALE_K, v_scale=SCALE_V,
+                                           splits=cfg["splits"], variant=v, workspace=L.ws,
+                                           stream=clock.stream)
+                         for L in layers]
+            except Exception as exc:  # noqa: BLE001
+                msg = f"{v} @ {T}: plan failed: {type(exc).__name__}: {exc}"
+                notes.append(msg)
+                C.log("  " + msg)
+                continue
+
+            def eager(s=None, plans=plans):
+                st = clock.stream if s is None else s
+                for p in plans:
+                    p.launch(st)
+
+            t0 = time.perf_counter()
+            try:
+                eager()
+                clock.sync()
+            except Exception as exc:  # noqa: BLE001
+                msg = f"{v} @ {T}: launch failed: {type(exc).__name__}: {exc}"
+                notes.append(msg)
+                C.log("  " + msg)
+                continue
+            C.log(f"  {v}: first launch of {len(plans)} layers {time.perf_counter() - t0:.2f} s "
+                  f"(includes compilation the first time)")
+            est = None if C.SIMULATOR else clock.time_ms(eager, 1)
+            if not args.no_eager or not use_graphs:
+                reps = 1 if C.SIMULATOR else C.choose_reps(est, args.target_ms)
+                items[f"{v}/eager"] = (lambda eager=eager, reps=reps: clock.time_ms(eager, reps))
+                labels[f"{v}/eager"] = (v, "variant", "eager", reps)
+            if use_graphs:
+                try:
+                    g = capture_graph(torch, lambda s, eager=eager: eager(s))
+                    graphs.append(g)
+                    ok = check_graph(torch, layers, eager, g)
+                    graph_checks.append({"context": T, "variant": v, "graph_output_equals_eager": ok})
+                    if not ok:
+                        notes.append(f"{v} @ {T}: graph replay output differs from eager output")
+                    g.replay()
+                    est_g = clock.time_ms(g.replay, 1)
+                    reps = C.choose_reps(est_g, args.target_ms)
+                    items[f"{v}/graph"] = (lambda g=g, reps=reps: clock.time_ms(g.replay, reps))
+                    labels[f"{v}/graph"] = (v, "variant", "graph", reps)
+                except Exception as exc:  # noqa: BLE001
+                    msg = f"{v} @ {T}: graph capture failed, eager only: {type(exc).__name__}: {exc}"
+                    notes.append(msg)
+                    C.log("  " + msg)
+                    C.log(traceback.format_exc())
+                    if f"{v}/eager" not in items:
+                        reps = C.choose_reps(est, args.target_ms)
+                        items[f"{v}/eager"] = (lambda eager=eager, reps=reps: clock.time_ms(eager, reps))
+                        labels[f"{v}/eager"] = (v, "variant", "eager", reps)
+                    _recover_torch(torch)
+
+        # ---- peers
+        pc = None
+        if torch is not None and not args.no_peers and not budget.exceeded():
+            try:
+                pc = PeerContext(torch, cfg, T)
+            except Exception as exc:  # noqa: BLE001
+                notes.append(f"peers @ {T}: set-up failed: {type(exc).__name__}: {exc}")
+            for name, make in (PEERS.items() if pc is not None else []):
+                info = peers_info.setdefault(name, {"available": False, "error": None,
+                                                    "modes": {}})
+                try:
+                    with torch.inference_mode():
+                        fns = [make(torch, cfg, L, pc, scale) for L in layers]
+
+                        def run_all(fns=fns):
+                            for f in fns:
+                                f()
+                        run_all()
+                        run_all()
+                        torch.cuda.synchronize()
+                    info["available"] = True
+                except Exception as exc:  # noqa: BLE001
+                    info["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                    C.log(f"  peer {name} @ {T} unavailable: {info['error']}")
+                    _recover_torch(torch)
+                    continue
+
+                def run_inf(fns=fns):
+                    with torch.inference_mode():
+                        for f in fns:
+                            f()
+                mode = "eager"
+                try:
+                    g = capture_graph(torch, lambda s, run_inf=run_inf: run_inf())
+                    graphs.append(g)
+                    g.replay()
+                    est_g = clock.time_ms(g.replay, 1)
+                    reps = C.choose_reps(est_g, args.target_ms)
+                    items[f"{name}/graph"] = (lambda g=g, reps=reps: clock.time_ms(g.replay, reps))
+                    labels[f"{name}/graph"] = (name, "peer", "graph", reps)
+                    mode = "graph"
+                except Exception as exc:  # noqa: BLE001
+                    notes.append(f"peer {name} @ {T}: graph capture failed, eager: "
+                                 f"{type(exc).__name__}: {str(exc)[:200]}")
+                    _recover_torch(torch)
+                est = clock.time_ms(run_inf, 1)
+                reps = C.choose_reps(est, args.target_ms)
+                if mode == "eager" or not args.no_eager:
+                    items[f"{name}/eager"] = (lambda run_inf=run_inf, reps=reps:
+                                              clock.time_ms(run_inf, reps))
+                    labels[f"{name}/eager"] = (name, "peer", "eager", reps)
+                info["modes"][str(T)] = mode
+
+        # ---- timing: every item once per round, order rotated each round
+        if items:
+            C.log(f"  timing {len(items)} items x {trials} trials: {', '.join(items)}")
+            times = C.alternating_trials(items, trials, budget, min_trials=min(5, trials),
+                                         notes=notes, label=f"ctx {T}")
+            for key, ts in times.items():
+                impl, kind, mode, reps = labels[key]
+                st = C.stats(ts)
+                ms_all = st["median_ms"]
+                row = {"context": T, "impl": impl, "kind": kind, "mode": mode,
+                       "layers": cfg["layers"], "reps_per_trial": reps,
+                       "ms_all": ms_all, "ms_layer": (ms_all / cfg["layers"]) if ms_all else None,
+                       "min_ms_all": st["min_ms"], "max_ms_all": st["max_ms"],
+                       "trials": st["trials"], "trials_ms_all": st["trials_ms"],
+                       "l2_resident_possible": bool(l2_note)}
+                row.update(roofline(cm, cfg["layers"], ms_all, ceilings))
+                results.append(row)
+                C.log(f"    {key:28s} {C.fmt(ms_all, '.4g')} ms / {cfg['layers']} layers")
+            for v in variants:
+                e = next((r for r in results if r["context"] == T and r["impl"] == v
+                          and r["mode"] == "eager"), None)
+                gr = next((r for r in results if r["context"] == T and r["impl"] == v
+                           and r["mode"] == "graph"), None)
+                if e and gr and e["ms_all"] and gr["ms_all"]:
+                    d = e["ms_all"] - gr["ms_all"]
+                    overhead.append({"context": T, "variant": v, "eager_ms_all": e["ms_all"],
+                                     "graph_ms_all": gr["ms_all"], "overhead_ms_all": d,
+                                     "overhead_us_per_launch": d * 1e3 / (2 * cfg["layers"])})
+
+        # ---- accuracy vs the FP64 oracle (layer 0)
+        if T == acc_ctx:
+            accuracy_at(cfg, torch, layers[0], T, scale, variants, pc, accuracy, notes, budget)
+
+        del graphs, items
+        if torch is not None:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        gc.collect()
+
+    if skipped:
+        notes.append(f"time budget ({args.budget_s:.0f} s) spent: contexts {skipped} skipped")
+
+    record = {
+        "meta": meta,
+        "config": {**cfg, "contexts": contexts, "variants": variants, "trials": trials,
+                   "acc_context": acc_ctx, "scale": scale, "k_scale": SCALE_K,
+                   "v_scale": SCALE_V, "batch": 1,
+                   "instr_per_row_key": INSTR_PER_ROW_KEY, "target_ms_per_trial": args.target_ms,
+                   "budget_s": args.budget_s, "kv_bytes_total": kv_total},
+        "ceilings": ceilings,
+        "results": results,
+        "launch_overhead": overhead,
+        "graph_checks": graph_checks,
+        "accuracy": accuracy,
+        "peers": peers_info,
+        "variants_described": {v: all_variants[v] for v in variants},
+        "notes": notes,
+        "elapsed_s": budget.elapsed(),
+    }
+    return finish(record, out_dir, cfg)
+
+
+def _recover_torch(torch):
+    """After a failed capture: make sure no capture is left open and the device is usable."""
+    try:
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001
+        C.log(f"  torch.cuda.synchronize after a failure: {type(exc).__name__}: {exc}")
+
+
+def check_graph(torch, layers, eager, g):
+    """Fill every layer's output with the sentinel, replay the graph, and compare the
+    outputs with those of an eager launch (bytes)."""
+    eager()
+    torch.cuda.synchronize()
+    want = [L.ws.out.copy_to_host() for L in layers]
+    for L in layers:
+        L.ws.fill_sentinel()
+    cuda.synchronize()
+    g.replay()
+    torch.cuda.synchronize()
+    got = [L.ws.out.copy_to_host() for L in layers]
+    return all(a.tobytes() == b.tobytes() for a, b in zip(want, got))
+
+
+def accuracy_at(cfg, torch, L, T, scale, variants, pc, accuracy, notes, budget):
+    C.log(f"  accuracy at context {T} (layer 0) vs oracle.attention_reference (FP64)")
+    t0 = time.perf_counter()
+    try:
+        npg = -(-T // cfg["page"])
+        bt = to_host(L.bt)
+        used = bt[0, :npg]
+        # only the pages this request reaches, renumbered (keeps the host copy small)
+        kc = to_host(L.kc[used.tolist()] if torch is not None else L.kc.copy_to_host()[used])
+        vc = to_host(L.vc[used.tolist()] if torch is not None else L.vc.copy_to_host()[used])
+        bt_small = np.arange(npg, dtype=np.int32).reshape(1, npg)
+        q = to_host(L.q)
+        seq = np.array([T], dtype=np.int32)
+        ref = oracle.attention_reference(q, kc, vc, bt_small, seq, scale=scale,
+                                         k_scale=SCALE_K, v_scale=SCALE_V)
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"oracle at {T} failed: {type(exc).__name__}: {exc}")
+        C.log(traceback.format_exc())
+        return
+    accuracy["oracle_s"] = time.perf_counter() - t0
+    C.log(f"    oracle {accuracy['oracle_s']:.1f} s")
+    rows = accuracy["rows"]
+    for v in variants:
+        r = {"kind": "variant"}
+        try:
+            for odt in ("float16", "float32"):
+                res = d2.verify_attention(L.q, L.kc, L.vc, L.bt, L.seq_lens[T], scale=scale,
+                                          k_scale=SCALE_K, v_scale=SCALE_V,
+                                          splits=cfg["splits"], variant=v, out_dtype=odt)
+                o = to_host(res.out)
+                tag = "fp16" if odt == "float16" else "fp32"
+                r[f"rel_l2_{tag}"] = oracle.rel_l2(o, ref)
+                r[f"max_abs_{tag}"] = oracle.max_abs(o, ref)
+        except Exception as exc:  # noqa: BLE001
+            r["error"] = f"{type(exc).__name__}: {exc}"
+        rows[v] = r
+        C.log(f"    {v}: rel L2 fp16 {C.fmt(r.get('rel_l2_fp16'))}, fp32 {C.fmt(r.get('rel_l2_fp32'))}")
+    if torch is None or pc is None:
+        return
+    for name, make in PEERS.items():
+        r = {"kind": "peer"}
+        try:
+            with torch.inference_mode():
+                o = make(torch, cfg, L, pc, scale)()
+            o = o.float().cpu().numpy()
+            r["rel_l2_fp16"] = oracle.rel_l2(o, ref)
+            r["max_abs_fp16"] = oracle.max_abs(o, ref)
+        except Exception as exc:  # noqa: BLE001
+            r["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            _recover_torch(torch)
+        rows[name] = r
+        C.log(f"    {name}: rel L2 {C.fmt(r.get('rel_l2_fp16'))} {r.get('error') or ''}")
+
+
+def finish(record, out_dir: Path, cfg) -> int:
+    results = record["results"]
+    ovh = {(o["context"], o["variant"]): o for o in record["launch_overhead"]}
+    nl = cfg["layers"]
+    headers = ["context", "impl", "mode", f"ms/{nl} layers", "ms/layer", "FP32 floor %",
+               "bandwidth %", f"launch ovh ms/{nl}"]
+    rows = []
+    for r in sorted(results, key=lambda r: (r["context"], r["kind"] != "variant", r["impl"],
+                                            r["mode"])):
+        o = ovh.get((r["context"], r["impl"])) if r["mode"] == "graph" else None
+        rows.append([str(r["context"]), r["impl"], r["mode"], C.fmt(r["ms_all"], ".4g"),
+                     C.fmt(r["ms_layer"], ".4g"),
+                     C.fmt(100 * r["frac_fp32_floor"] if r.get("frac_fp32_floor") else None, ".3g"),
+                     C.fmt(100 * r["frac_bandwidth"] if r.get("frac_bandwidth") else None, ".3g"),
+                     C.fmt(o["overhead_ms_all"] if o else None, ".3g")])
+    acc = record["accuracy"]
+    acc_headers = ["impl", "rel L2 (FP16 out)", "max abs (FP16)", "rel L2 (FP32 out)", "error"]
+    acc_rows = [[n, C.fmt(a.get("rel_l2_fp16")), C.fmt(a.get("max_abs_fp16")),
+                 C.fmt(a.get("rel_l2_fp32")), (a.get("error") or "")[:60]]
+                for n, a in acc.get("rows", {}).items()]
+    ceil = record["ceilings"]
+    fma = (ceil.get("fma") or {}).get("fma_instr_per_s")
+    bw = (ceil.get("copy") or {}).get("bytes_per_s")
+    ceil_line = (f"ceilings (measured): FP32 FMA {C.fmt(fma and fma / 1e12, '.3g')} T instr/s, "
+                 f"copy {C.fmt(bw and bw / 1e9, '.4g')} GB/s (read + write)")
+
+    meta = record["meta"]
+    md = [C.md_header("q8 verification attention: 16-layer CUDA-graph timing", meta),
+          f"Shape: B=1, Q={cfg['Q']}, Hq={cfg['Hq']}, Hkv={cfg['Hkv']}, D={cfg['D']}, E4M3 K/V, "
+          f"page {cfg['page']}, {cfg['splits']} splits, {cfg['layers']} distinct layers; "
+          f"{record['config']['trials']} trials (median), variant order rotated per round.",
+          "", ceil_line, "", C.md_table(headers, rows), "",
+          f"Accuracy at context {acc.get('context')} (layer 0) vs the FP64 oracle:", "",
+          C.md_table(acc_headers, acc_rows), ""]
+    if record["notes"]:
+        md += ["Notes:", ""] + [f"- {n}" for n in record["notes"]] + [""]
+
+    # plot: time per step (all layers) vs context
+    series = []
+    impls = []
+    for r in results:
+        if (r["impl"], r["mode"]) not in impls:
+            impls.append((r["impl"], r["mode"]))
+    for impl, mode in impls:
+        rs = sorted([r for r in results if r["impl"] == impl and r["mode"] == mode],
+                    key=lambda r: r["context"])
+        style = ("o-" if mode == "graph" else "s--") if not impl.startswith(("torch", "sdpa")) \
+            else ("^-" if mode == "graph" else "v:")
+        series.append({"label": f"{impl} ({mode})", "x": [r["context"] for r in rs],
+                       "y": [r["ms_all"] for r in rs], "style": style})
+    ctxs = sorted({r["context"] for r in results})
+    for key, label in (("floor_instr_ms_all", "FP32 floor (850 instr/row/key)"),
+                       ("floor_bytes_ms_all", "bandwidth floor")):
+        ys = []
+        for c in ctxs:
+            r = next((r for r in results if r["context"] == c and key in r), None)
+            ys.append(r[key] if r else None)
+        series.append({"label": label, "x": ctxs, "y": ys, "style": "k:" if "FP32" in label else "k-."})
+    out = Path(out_dir)
+    png = out / "attention.png"
+    err = C.plot_series(png, f"q8 attention, {cfg['layers']} layers, {meta.get('device')}",
+                        "context (tokens)", f"ms per {cfg['layers']} layers", series)
+    if err:
+        record["notes"].append(err)
+    record["files"] = {"json": str(out / "attention.json"), "markdown": str(out / "attention.md"),
+                       "plot": None if err else str(png)}
+    C.write_json(out / "attention.json", record)
+    (out / "attention.md").write_text("\n".join(md) + "\n")
+    C.log(f"wrote {', '.join(v for v in record['files'].values() if v)}")
+
+    print(ceil_line)
+    print(C.text_table(headers, rows))
+    if acc_rows:
+        print(f"\naccuracy at context {acc.get('context')} (layer 0) vs FP64 oracle:")
+        print(C.text_table(acc_headers, acc_rows))
+    bad = [c for c in record["graph_checks"] if not c["graph_output_equals_eager"]]
+    if bad:
+        print(f"\nWARNING: graph replay differs from eager launch for {bad}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,11 @@
+"""GDN (gated delta rule) prefill: the ``serial`` and ``chunked`` (frozen) families.
+
+``gdn_prefill`` is the public entry point (:mod:`.api`); each family lives in its own
+module with its FP32 operation order in the docstring (:mod:`.serial`, :mod:`.chunked`)
+and registers itself as a ``gdn`` variant; :mod:`.emulate` is the same operation order in
+numpy (bit-exact on the simulator).
+"""
+from . import chunked, serial  # noqa: F401  (register the variants)
+from .api import gdn_prefill
+
+__all__ = ["gdn_prefill"]

@@ -1,0 +1,160 @@
+"""dflash2-screen: every kernel variant against the FP64 oracle and its frozen kernel.
+
+    dflash2-screen [attention|gdn|all] [--quick] [--contexts 1024,32768,...]
+                   [--variants all|name,name] [--json out.json] [--plot out.png] [--mp]
+
+With no GPU it re-runs itself on numba's CUDA simulator and runs the quick matrix.
+Exit status 1 when any check fails (oracle bound, bitwise equality, guards, route audit,
+a crash); unsupported shapes are reported and do not fail the run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+from typing import List, Optional
+
+
+def _parse(argv):
+    ap = argparse.ArgumentParser(prog="dflash2-screen", description=__doc__.splitlines()[0])
+    ap.add_argument("family", nargs="?", default="all", choices=["attention", "gdn", "all"])
+    ap.add_argument("--quick", action="store_true", help="small matrix (the default without a GPU)")
+    ap.add_argument("--contexts", default=None,
+                    help="comma-separated contexts (attention) / lengths (gdn) replacing the matrix's")
+    ap.add_argument("--variants", default="all", help="'all' or comma-separated variant names")
+    ap.add_argument("--json", default=None, help="write every figure here")
+    ap.add_argument("--plot", default=None, help="write error-vs-context plot (PNG) here")
+    ap.add_argument("--mp", action="store_true", help="cross-check the FP64 oracle with mpmath on the smallest cases")
+    ap.add_argument("--no-timing", action="store_true", help="skip GPU timing")
+    return ap.parse_args(argv)
+
+
+def _select(names_all, wanted: str, family: str, registry) -> List[str]:
+    if wanted == "all":
+        chosen = list(names_all)
+    else:
+        chosen = [n.strip() for n in wanted.split(",") if n.strip()]
+        unknown = [n for n in chosen if n not in names_all]
+        chosen = [n for n in chosen if n in names_all]
+        if unknown and not chosen:
+            return []
+    # every chosen variant's bitwise reference runs too, first
+    refs = []
+    for n in chosen:
+        r = registry[n].bitwise_reference
+        if r and r not in chosen and r not in refs:
+            refs.append(r)
+    ordered = [n for n in names_all if n in set(chosen) | set(refs)]
+    return sorted(ordered, key=lambda n: registry[n].bitwise_reference is not None)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parse(argv)
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1":
+        from .._compat import gpu_available
+
+        if not gpu_available():
+            print("dflash2-screen: no CUDA GPU found: re-running on numba's CUDA simulator "
+                  "with the quick matrix", file=sys.stderr, flush=True)
+            env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+            return subprocess.call([sys.executable, "-m", "dflash2_numba.screen", *argv], env=env)
+
+    import dflash2_numba  # noqa: F401  (registers every variant)
+    import oracle
+
+    from .. import _registry
+    from .._compat import SIMULATOR
+    from . import report
+
+    quick = args.quick or SIMULATOR
+    timing = not SIMULATOR and not args.no_timing
+    contexts = [int(x) for x in args.contexts.split(",")] if args.contexts else None
+    where = "CUDA simulator" if SIMULATOR else "GPU"
+    print(f"dflash2-screen: {'quick' if quick else 'full'} matrix on the {where}", flush=True)
+
+    if args.mp:
+        ok = oracle.run_selfcheck(verbose=False)
+        print(f"oracle self-check (FP64 against mpmath, hand cases): {'pass' if ok else 'FAIL'}")
+        if not ok:
+            return 1
+
+    rows = []
+    failures_outside_rows = []
+    families = ["attention", "gdn"] if args.family == "all" else [args.family]
+    for fam in families:
+        registry = _registry.variants(fam)
+        names = _select(list(registry), args.variants, fam, registry)
+        if not names:
+            if args.variants != "all" and args.family == fam:
+                failures_outside_rows.append(f"{fam}: none of the variants {args.variants!r} exist")
+            continue
+        if fam == "attention":
+            from .attention import expected_steps, run_attention
+            from .cases import attention_matrix
+
+            specs = attention_matrix(quick, contexts)
+            runner = run_attention
+        else:
+            from .cases import gdn_matrix
+            from .gdn import expected_steps, run_gdn
+
+            specs = gdn_matrix(quick, contexts)
+            runner = run_gdn
+        print(f"{fam}: variants {', '.join(names)}; {len(specs)} cases", flush=True)
+        with _progress(expected_steps(specs, len(names)), fam) as step:
+            rows.extend(runner(specs, names, timing=timing, mp_check=args.mp and quick,
+                               progress=step))
+
+    report.print_table(rows)
+    failed = [r for r in rows if r.status in ("FAIL", "error")]
+    unsupported = [r for r in rows if r.status == "unsupported"]
+    for msg in failures_outside_rows:
+        print(msg)
+    print(f"\n{len(rows)} checks: {len(rows) - len(failed) - len(unsupported)} passed, "
+          f"{len(failed)} failed, {len(unsupported)} unsupported")
+    meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                where=where, quick=quick, argv=argv, commit=_commit())
+    if not SIMULATOR:
+        try:
+            from numba import cuda
+
+            meta["device"] = cuda.get_current_device().name.decode() if isinstance(
+                cuda.get_current_device().name, bytes) else str(cuda.get_current_device().name)
+        except Exception:  # pragma: no cover
+            pass
+    if args.json:
+        report.write_json(rows, args.json, meta)
+    if args.plot:
+        report.write_plot(rows, args.plot)
+    return 1 if failed or failures_outside_rows or not rows else 0
+
+
+def _commit() -> str:
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
+                              text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+class _progress:
+    """A progress bar on stderr (tqdm) that the runners tick once per variant run."""
+
+    def __init__(self, total: int, label: str):
+        self.total, self.label = total, label
+        self.bar = None
+
+    def __enter__(self):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=self.total, desc=self.label, file=sys.stderr, leave=False,
+                        disable=not sys.stderr.isatty() and self.total < 50)
+        return lambda: self.bar.update(1)
+
+    def __exit__(self, *exc):
+        self.bar.close()
+        return False

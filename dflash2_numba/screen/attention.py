@@ -1,0 +1,238 @@
+"""Attention screen: every registered attention variant against the FP64 oracle and, byte
+for byte, against the frozen kernel (contract C).
+
+For each case the inputs are placed on the device once (caches in padded rows when the case
+asks for strides); each variant gets its own sentinel-filled, guarded workspaces (one with an
+FP16 output, one with an FP32 output), and the case's length states run in sequence on those
+same buffers, so stale data from one state would show up in the next.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import numpy as np
+
+import oracle
+
+from .. import _registry
+from .._compat import cuda
+from ..attention.api import plan_attention
+from ..workspace import AttentionWorkspace
+from .cases import LENGTH_STATES, AttentionCaseSpec, row_lengths_for_state
+
+FP32_REL_BOUND = 1e-5
+
+
+@dataclass
+class Row:
+    family: str
+    case: str
+    state: str
+    variant: str
+    context: int
+    rel_l2_fp32: Optional[float] = None
+    max_abs_fp32: Optional[float] = None
+    rel_l2_fp16: Optional[float] = None
+    max_abs_fp16: Optional[float] = None
+    ratio_to_frozen: Optional[float] = None
+    bitwise: Optional[bool] = None          # None: this is the reference itself
+    mismatch: str = ""
+    guards: Optional[bool] = None
+    route: str = ""
+    route_ok: Optional[bool] = None
+    time_ms: Optional[float] = None
+    status: str = "ok"                      # ok | FAIL | unsupported | error
+    problems: List[str] = field(default_factory=list)
+
+    def fail(self, msg: str) -> None:
+        self.problems.append(msg)
+        self.status = "FAIL"
+
+
+def _ulp16(x):
+    a = np.abs(np.asarray(x, dtype=np.float64)).astype(np.float16)
+    return np.abs(np.nextafter(a, np.float16(np.inf)).astype(np.float64) - a.astype(np.float64))
+
+
+def _device_inputs(c: Dict, padded: bool):
+    """Device copies of one case; with ``padded`` the caches live in rows of D + 16 bytes."""
+    dev = {}
+    for key in ("q", "block_table", "seq_lens"):
+        dev[key] = cuda.to_device(np.ascontiguousarray(c[key]))
+    for key in ("k_cache", "v_cache"):
+        a = np.ascontiguousarray(c[key])
+        if padded:
+            base = np.zeros(a.shape[:-1] + (a.shape[-1] + 16,), np.uint8)
+            base[..., :a.shape[-1]] = a
+            dev[key] = cuda.to_device(base)[..., :a.shape[-1]]
+        else:
+            dev[key] = cuda.to_device(a)
+    return dev
+
+
+def _time_launch(plan, repeats: int = 7) -> float:
+    plan.launch()
+    cuda.synchronize()
+    start, end = cuda.event(), cuda.event()
+    times = []
+    for _ in range(repeats):
+        start.record()
+        plan.launch()
+        end.record()
+        end.synchronize()
+        times.append(cuda.event_elapsed_time(start, end))
+    return float(np.median(times))
+
+
+class _VariantBuffers:
+    def __init__(self, spec: AttentionCaseSpec):
+        kw = dict(batch=spec.B, q_len=spec.Q, heads=spec.Hq, head_dim=spec.D, splits=spec.splits)
+        self.ws16 = AttentionWorkspace(**kw, out_dtype="float16").fill_sentinel()
+        self.ws32 = AttentionWorkspace(**kw, out_dtype="float32").fill_sentinel()
+
+    def snapshot(self):
+        return dict(out16=self.ws16.out.copy_to_host(), out32=self.ws32.out.copy_to_host(),
+                    partial=self.ws16.partial.copy_to_host(), lse=self.ws16.lse.copy_to_host(),
+                    partial32=self.ws32.partial.copy_to_host(), lse32=self.ws32.lse.copy_to_host())
+
+    def guards_intact(self) -> bool:
+        return self.ws16.guards_intact() and self.ws32.guards_intact()
+
+
+def screen_case(spec: AttentionCaseSpec, variant_names: List[str], *, timing: bool,
+                mp_check: bool = False, progress=None) -> List[Row]:
+    c = spec.build()
+    dev = _device_inputs(c, spec.strided)
+    states = LENGTH_STATES if spec.length_states else ("live",)
+    registry = _registry.variants("attention")
+    rows: List[Row] = []
+    buffers = {name: _VariantBuffers(spec) for name in variant_names}
+    live_snapshots: Dict[str, dict] = {}
+    for state in states:
+        rl = row_lengths_for_state(c["seq_lens"], spec.Q, state)
+        dev_rl = cuda.to_device(rl)
+        ref = oracle.attention_reference(c["q"], c["k_cache"], c["v_cache"], c["block_table"],
+                                         c["seq_lens"], scale=c["scale"], k_scale=c["k_scale"],
+                                         v_scale=c["v_scale"], row_lengths=rl)
+        if mp_check and state == "live":
+            ref_mp = oracle.attention_reference(c["q"], c["k_cache"], c["v_cache"], c["block_table"],
+                                                c["seq_lens"], scale=c["scale"], k_scale=c["k_scale"],
+                                                v_scale=c["v_scale"], row_lengths=rl, precision="mp")
+            gap = oracle.rel_l2(ref, ref_mp)
+            if not gap <= 1e-12:
+                raise AssertionError(f"oracle FP64 vs mpmath gap {gap:.3e} on {spec.name}")
+        snaps: Dict[str, dict] = {}
+        for name in variant_names:
+            v = registry[name]
+            row = Row("attention", spec.name, state, name, spec.context)
+            rows.append(row)
+            bufs = buffers[name]
+            kwargs = dict(scale=c["scale"], k_scale=c["k_scale"], v_scale=c["v_scale"],
+                          row_lengths=dev_rl, splits=spec.splits, variant=name)
+            try:
+                _registry.route_counters(reset=True)
+                p32 = plan_attention(dev["q"], dev["k_cache"], dev["v_cache"], dev["block_table"],
+                                     dev["seq_lens"], workspace=bufs.ws32, out_dtype="float32", **kwargs)
+                p16 = plan_attention(dev["q"], dev["k_cache"], dev["v_cache"], dev["block_table"],
+                                     dev["seq_lens"], workspace=bufs.ws16, out_dtype="float16", **kwargs)
+                p32.launch()
+                p16.launch()
+                cuda.synchronize()
+            except _registry.UnsupportedShape as e:
+                row.status = "unsupported"
+                row.problems.append(str(e))
+                continue
+            except Exception as e:  # a crash is a failure of this variant, not of the screen
+                row.status = "error"
+                row.problems.append(f"{type(e).__name__}: {e}")
+                continue
+            counts = _registry.route_counters(reset=True)
+            own = {k.name for k in v.kernels}
+            row.route = ", ".join(f"{k}x{n}" for k, n in sorted(counts.items()))
+            row.route_ok = bool(counts) and set(counts) <= own
+            if not row.route_ok:
+                row.fail(f"route audit: launched {sorted(counts)}, own kernels {sorted(own)}")
+            snap = bufs.snapshot()
+            snaps[name] = snap
+            _oracle_checks(row, snap, ref)
+            row.guards = bufs.guards_intact()
+            if not row.guards:
+                row.fail("guard rows overwritten")
+            if timing and state == "live":
+                row.time_ms = _time_launch(p16)
+            if progress is not None:
+                progress()
+        _bitwise_checks(rows[-len(variant_names):], snaps, registry)
+        if state == "live":
+            live_snapshots = snaps
+        if state == "restored":
+            for r in rows[-len(variant_names):]:
+                a, b = snaps.get(r.variant), live_snapshots.get(r.variant)
+                if a is not None and b is not None:
+                    for key in ("out16", "partial", "lse"):
+                        m = oracle.first_mismatch(a[key], b[key])
+                        if m is not None:
+                            r.fail(f"restored state differs from live in {key}: {m}")
+    return rows
+
+
+def _oracle_checks(row: Row, snap: dict, ref: np.ndarray) -> None:
+    out32, out16 = snap["out32"], snap["out16"]
+    row.rel_l2_fp32 = oracle.rel_l2(out32, ref)
+    row.max_abs_fp32 = oracle.max_abs(out32, ref)
+    row.rel_l2_fp16 = oracle.rel_l2(out16, ref)
+    row.max_abs_fp16 = oracle.max_abs(out16, ref)
+    if not row.rel_l2_fp32 <= FP32_REL_BOUND:
+        row.fail(f"FP32 rel L2 {row.rel_l2_fp32:.3e} > {FP32_REL_BOUND}")
+    if not np.array_equal(out16, out32.astype(np.float16)):
+        row.fail("FP16 output is not the RNE rounding of the FP32 output")
+    bound = 0.5 * _ulp16(out32) + np.abs(out32.astype(np.float64) - ref)
+    if not np.all(np.abs(out16.astype(np.float64) - ref) <= bound * (1 + 1e-12)):
+        row.fail("FP16 output farther than one FP16 rounding from the oracle")
+    dead = np.all(ref == 0, axis=-1)
+    if dead.any() and (np.any(out32[dead] != 0) or np.any(np.signbit(out32[dead]))):
+        row.fail("a row with no visible key is not +0")
+    # the FP32 and FP16 runs share every workspace value
+    if snap["partial"].tobytes() != snap["partial32"].tobytes() or snap["lse"].tobytes() != snap["lse32"].tobytes():
+        row.fail("workspace of the FP32-output run differs from the FP16-output run")
+
+
+def _bitwise_checks(rows: List[Row], snaps: Dict[str, dict], registry) -> None:
+    errs = {r.variant: r.rel_l2_fp32 for r in rows}
+    for r in rows:
+        if r.variant not in snaps:
+            continue
+        ref_name = registry[r.variant].bitwise_reference
+        if ref_name is None:
+            continue
+        ref_snap = snaps.get(ref_name)
+        if ref_snap is None:
+            r.fail(f"bitwise reference {ref_name!r} did not run")
+            continue
+        mism = []
+        for key in ("out16", "out32", "partial", "lse"):
+            m = oracle.first_mismatch(snaps[r.variant][key], ref_snap[key])
+            if m is not None:
+                mism.append(f"{key}: {m}")
+        r.bitwise = not mism
+        if mism:
+            r.mismatch = mism[0]
+            r.fail("not byte-identical to " + ref_name + ": " + "; ".join(mism))
+        base = errs.get(ref_name)
+        if base and r.rel_l2_fp32 is not None:
+            r.ratio_to_frozen = r.rel_l2_fp32 / base
+
+
+def run_attention(specs: List[AttentionCaseSpec], variant_names: List[str], *, timing: bool,
+                  mp_check: bool = False, progress=None) -> List[Row]:
+    rows: List[Row] = []
+    for spec in specs:
+        rows.extend(screen_case(spec, variant_names, timing=timing, mp_check=mp_check,
+                                progress=progress))
+    return rows
+
+
+def expected_steps(specs: List[AttentionCaseSpec], n_variants: int) -> int:
+    return sum((len(LENGTH_STATES) if s.length_states else 1) * n_variants for s in specs)
+

@@ -1,0 +1,168 @@
+"""gdn_prefill argument checks: every bad argument raises TypeError/ValueError naming it,
+before any launch, and no caller buffer is written."""
+import numpy as np
+import pytest
+
+import oracle
+from dflash2_numba import _registry
+from dflash2_numba.gdn import gdn_prefill
+
+SENT = np.float32(-777.0)
+
+
+def base_case(T=6, B=1, H=1, HV=2, K=32, V=32, dtype=np.float16, seed=0):
+    rng = np.random.default_rng(seed)
+    return oracle.random_gdn_case(rng, B=B, T=T, H=H, HV=HV, K=K, V=V, dtype=dtype,
+                                  with_state=False)
+
+
+def _mut(**changes):
+    def f(case):
+        case.update(changes)
+        return case
+    return f
+
+
+def _arr(name, fn):
+    def f(case):
+        case[name] = fn(case[name])
+        return case
+    return f
+
+
+CU_OK = np.array([0, 2, 6], dtype=np.int32)
+
+BAD = [
+    # (id, mutation of the case dict, expected exception, argument named)
+    ("q-list", _arr("q", lambda a: a.tolist()), TypeError, "q"),
+    ("q-float64", _arr("q", lambda a: a.astype(np.float64)), TypeError, "q"),
+    ("q-ndim", _arr("q", lambda a: a[0]), ValueError, "q"),
+    ("k-shape", _arr("k", lambda a: a[:, :-1]), ValueError, "k"),
+    ("k-dtype", _arr("k", lambda a: a.astype(np.float32)), TypeError, "k"),
+    ("v-dtype", _arr("v", lambda a: a.astype(np.float32)), TypeError, "v"),
+    ("v-batch", _arr("v", lambda a: np.concatenate([a, a], axis=0)), ValueError, "v"),
+    ("v-heads", lambda c: {**c, "q": c["q"].repeat(2, 2), "k": c["k"].repeat(2, 2),
+                           "v": c["v"][:, :, [0, 1, 0]], "g": c["g"][:, :, [0, 1, 0]],
+                           "beta": c["beta"][:, :, [0, 1, 0]]}, ValueError, "v"),
+    ("K-48", lambda c: {**c, "q": c["q"][..., :16].repeat(3, -1), "k": c["k"][..., :16].repeat(3, -1)},
+     ValueError, "q"),
+    ("V-16", _arr("v", lambda a: a[..., :16]), ValueError, "v"),
+    ("g-dtype", _arr("g", lambda a: a.astype(np.float16)), TypeError, "g"),
+    ("g-shape", _arr("g", lambda a: a[..., :1]), ValueError, "g"),
+    ("beta-shape", _arr("beta", lambda a: a[:, :-1]), ValueError, "beta"),
+    ("beta-dtype", _arr("beta", lambda a: a.astype(np.float64)), TypeError, "beta"),
+    ("g-positive", _arr("g", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 3, 0.5, a)
+                        .astype(np.float32)), ValueError, "g"),
+    ("g-nan", _arr("g", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 1, np.nan, a)
+                   .astype(np.float32)), ValueError, "g"),
+    ("beta-inf", _arr("beta", lambda a: np.full_like(a, np.inf)), ValueError, "beta"),
+    ("scale-nan", _mut(scale=float("nan")), ValueError, "scale"),
+    ("scale-inf32", _mut(scale=1e39), ValueError, "scale"),
+    ("scale-str", _mut(scale="1"), TypeError, "scale"),
+    ("cu-B2", lambda c: {**{n: np.concatenate([a, a]) for n, a in c.items()}, "cu_seqlens": CU_OK},
+     ValueError, "cu_seqlens"),
+    ("cu-int64", _mut(cu_seqlens=CU_OK.astype(np.int64)), TypeError, "cu_seqlens"),
+    ("cu-start", _mut(cu_seqlens=np.array([1, 2, 6], np.int32)), ValueError, "cu_seqlens"),
+    ("cu-decreasing", _mut(cu_seqlens=np.array([0, 4, 3, 6], np.int32)), ValueError, "cu_seqlens"),
+    ("cu-end", _mut(cu_seqlens=np.array([0, 2, 5], np.int32)), ValueError, "cu_seqlens"),
+    ("cu-2d", _mut(cu_seqlens=CU_OK[None]), ValueError, "cu_seqlens"),
+    ("state-shape", _mut(initial_state=np.zeros((2, 2, 32, 32), np.float32)), ValueError,
+     "initial_state"),
+    ("state-dtype", _mut(initial_state=np.zeros((1, 2, 32, 32), np.float16)), TypeError,
+     "initial_state"),
+    ("state-strided", _mut(initial_state=np.zeros((1, 2, 32, 64), np.float32)[..., ::2]),
+     ValueError, "initial_state"),
+    ("variant", _mut(variant="nope"), ValueError, "variant"),
+    ("variant-type", _mut(variant=3), TypeError, "variant"),
+    ("l2-int", _mut(use_qk_l2norm=1), TypeError, "use_qk_l2norm"),
+    ("final-str", _mut(output_final_state="yes"), TypeError, "output_final_state"),
+    ("out-dtype", _mut(out_dtype="int8"), ValueError, "out_dtype"),
+    ("out-dtype-bogus", _mut(out_dtype="bogus"), TypeError, "out_dtype"),
+]
+
+
+@pytest.mark.parametrize("mutate,exc,name", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_argument_names_it(mutate, exc, name):
+    case = mutate(base_case())
+    _registry.route_counters(reset=True)
+    with pytest.raises(exc) as info:
+        gdn_prefill(**case)
+    assert str(info.value).startswith(f"{name}:"), str(info.value)
+    assert _registry.route_counters() == {}
+
+
+def test_fp32_input_rejects_fp16_output():
+    case = base_case(dtype=np.float32)
+    with pytest.raises(ValueError, match=r"^out_dtype:"):
+        gdn_prefill(**case, out_dtype="float16")
+
+
+def _cache_case():
+    case = base_case(T=6)
+    case["cu_seqlens"] = CU_OK
+    cache = np.full((4, 2, 32, 32), SENT, dtype=np.float32)
+    return case, cache
+
+
+CACHE_BAD = [
+    ("no-indices", lambda c, s: dict(state_cache=s), ValueError, "state_indices"),
+    ("no-cache", lambda c, s: dict(state_indices=np.array([0, 1], np.int32)), ValueError,
+     "state_cache"),
+    ("range", lambda c, s: dict(state_cache=s, state_indices=np.array([0, 4], np.int32)),
+     ValueError, "state_indices"),
+    ("negative", lambda c, s: dict(state_cache=s, state_indices=np.array([-1, 2], np.int32)),
+     ValueError, "state_indices"),
+    ("duplicate", lambda c, s: dict(state_cache=s, state_indices=np.array([2, 2], np.int32)),
+     ValueError, "state_indices"),
+    ("dtype", lambda c, s: dict(state_cache=s, state_indices=np.array([0, 1], np.int64)),
+     TypeError, "state_indices"),
+    ("count", lambda c, s: dict(state_cache=s, state_indices=np.array([0, 1, 2], np.int32)),
+     ValueError, "state_indices"),
+    ("with-initial", lambda c, s: dict(state_cache=s, state_indices=np.array([0, 1], np.int32),
+                                       initial_state=np.zeros((2, 2, 32, 32), np.float32)),
+     ValueError, "initial_state"),
+    ("cache-shape", lambda c, s: dict(state_cache=np.full((4, 1, 32, 32), SENT, np.float32),
+                                      state_indices=np.array([0, 1], np.int32)),
+     ValueError, "state_cache"),
+    ("late-g", lambda c, s: dict(state_cache=s, state_indices=np.array([0, 1], np.int32),
+                                 g=np.full_like(c["g"], 0.25)), ValueError, "g"),
+]
+
+
+@pytest.mark.parametrize("extra,exc,name", [b[1:] for b in CACHE_BAD], ids=[b[0] for b in CACHE_BAD])
+def test_state_cache_errors_leave_cache_untouched(extra, exc, name):
+    case, cache = _cache_case()
+    kw = extra(case, cache)
+    case.update(kw)
+    with pytest.raises(exc) as info:
+        gdn_prefill(**case)
+    assert str(info.value).startswith(f"{name}:"), str(info.value)
+    assert (cache == SENT).all()
+
+
+def test_read_only_cache_rejected():
+    case, cache = _cache_case()
+    cache.setflags(write=False)
+    with pytest.raises(ValueError, match=r"^state_cache:"):
+        gdn_prefill(**case, state_cache=cache, state_indices=np.array([0, 1], np.int32))
+
+
+def test_check_values_off_reads_min_g_zero():
+    """With the value check off the kernels read min(g, 0): g > 0 acts as g = 0."""
+    case = base_case(T=3, dtype=np.float32)
+    g_pos = case["g"].copy()
+    g_pos[0, 1, 0] = 3.0
+    g_zero = g_pos.copy()
+    g_zero[0, 1, 0] = 0.0
+    for fam in ("serial", "chunked"):
+        a = gdn_prefill(**{**case, "g": g_pos}, variant=fam, check_values=False)
+        b = gdn_prefill(**{**case, "g": g_zero}, variant=fam)
+        assert oracle.first_mismatch(a[0], b[0]) is None
+        assert oracle.first_mismatch(a[1], b[1]) is None
+
+
+def test_default_scale_and_explicit_scale_agree():
+    case = base_case(T=3, dtype=np.float32)
+    a = gdn_prefill(**case, variant="serial")
+    b = gdn_prefill(**case, variant="serial", scale=np.float32(32 ** -0.5))
+    assert oracle.first_mismatch(a[0], b[0]) is None

@@ -1,0 +1,171 @@
+"""GDN prefill (contract B) on the simulator: both families against the FP64 oracle
+(relative L2 <= 1e-5 for the FP32 output and the final state), bit-exactness against the
+written-down operation order (``gdn.emulate``), and the semantics of the API (packed
+sequences, GVA, state cache, output dtype, persistent grid)."""
+import numpy as np
+import pytest
+
+import oracle
+from dflash2_numba import _registry
+from dflash2_numba._compat import SIMULATOR
+from dflash2_numba.gdn import gdn_prefill
+from dflash2_numba.gdn.emulate import chunked_emulate, serial_emulate
+
+FAMILIES = ("serial", "chunked")
+EMULATE = {"serial": serial_emulate, "chunked": chunked_emulate}
+TOL = 1e-5
+SENT = np.float32(-777.0)
+
+
+def make_case(seed, *, T, H=1, HV=1, K=32, V=32, B=1, dtype=np.float32, cu_seqlens=None,
+              with_state=True, g=None, beta=None, g_low=-1.0, g_high=-0.01):
+    rng = np.random.default_rng(seed)
+    case = oracle.random_gdn_case(rng, B=B, T=T, H=H, HV=HV, K=K, V=V, dtype=dtype,
+                                  cu_seqlens=cu_seqlens, g_low=g_low, g_high=g_high,
+                                  with_state=with_state)
+    if g is not None:
+        case["g"] = np.full_like(case["g"], g) if np.isscalar(g) else g.astype(np.float32)
+    if beta is not None:
+        case["beta"] = np.full_like(case["beta"], beta)
+    return case
+
+
+def check_against_oracle(case, families=FAMILIES, emulate=False, **kw):
+    """Run every family with the FP32 output; assert the error bound (and bit-exactness
+    against the emulation on the simulator when ``emulate``)."""
+    ref_o, ref_s = oracle.gdn_reference(**case)
+    out = {}
+    for fam in families:
+        o, s = gdn_prefill(**case, variant=fam, out_dtype="float32", **kw)
+        assert o.dtype == np.float32 and s.dtype == np.float32
+        assert np.isfinite(o).all() and np.isfinite(s).all(), fam
+        eo, es = oracle.rel_l2(o, ref_o), oracle.rel_l2(s, ref_s)
+        assert eo <= TOL and es <= TOL, f"{fam}: rel L2 output {eo:.3e}, state {es:.3e}"
+        if emulate and SIMULATOR:
+            xo, xs = EMULATE[fam](**case)
+            assert oracle.first_mismatch(o, xo) is None, (fam, str(oracle.first_mismatch(o, xo)))
+            assert oracle.first_mismatch(s, xs) is None, (fam, str(oracle.first_mismatch(s, xs)))
+        out[fam] = (o, s)
+    return out
+
+
+@pytest.mark.parametrize("T", [1, 63, 64, 65, 130])
+def test_lengths_fp32(T):
+    check_against_oracle(make_case(T, T=T), emulate=T in (1, 65, 130))
+
+
+def test_packed_mixed_lengths_fp16_gva2():
+    cu = np.array([0, 0, 1, 66, 129, 134], dtype=np.int32)        # 0, 1, 65, 63, 5 tokens
+    case = make_case(11, T=134, H=1, HV=2, dtype=np.float16, cu_seqlens=cu)
+    res = check_against_oracle(case, emulate=True)
+    # the zero-length sequence returns its initial state unchanged
+    for fam in FAMILIES:
+        assert oracle.first_mismatch(res[fam][1][0], case["initial_state"][0]) is None
+
+
+def test_batched_no_cu_seqlens():
+    check_against_oracle(make_case(12, T=40, B=2, HV=2))
+
+
+def test_g_zero_beta_one():
+    check_against_oracle(make_case(13, T=70, g=0.0, beta=1.0))
+
+
+def test_beta_zero_is_pure_decay():
+    check_against_oracle(make_case(14, T=70, beta=0.0))
+
+
+def test_strong_decay():
+    rng = np.random.default_rng(15)
+    g = rng.uniform(-21.0, -19.0, (1, 70, 1)).astype(np.float32)
+    g[0, 3, 0] = 0.0
+    case = make_case(15, T=70, g=g)
+    res = check_against_oracle(case)
+    for fam in FAMILIES:
+        assert np.isfinite(res[fam][0]).all()
+
+
+@pytest.mark.parametrize("H,HV", [(2, 2), (1, 3)])
+def test_gva_ratio(H, HV):
+    check_against_oracle(make_case(20 + HV, T=40, H=H, HV=HV, dtype=np.float16), emulate=HV == 3)
+
+
+def test_without_l2norm_and_without_state():
+    case = make_case(16, T=65, with_state=False, dtype=np.float16)
+    k = case["k"].astype(np.float64)
+    case["k"] = (k / np.linalg.norm(k, axis=-1, keepdims=True)).astype(np.float16)
+    case["use_qk_l2norm"] = False
+    case["scale"] = 0.3
+    check_against_oracle(case, emulate=True)
+
+
+@pytest.mark.parametrize("K,V,T", [(64, 32, 40), (32, 64, 40), (128, 128, 20)])
+def test_head_dims(K, V, T):
+    check_against_oracle(make_case(30 + K + V, T=T, K=K, V=V), emulate=(K, V) == (32, 64))
+
+
+def test_fp16_output_is_the_rounded_fp32_output():
+    case = make_case(17, T=40, HV=1, dtype=np.float16)
+    for fam in FAMILIES:
+        o16, s16 = gdn_prefill(**case, variant=fam)
+        o32, s32 = gdn_prefill(**case, variant=fam, out_dtype="float32")
+        assert o16.dtype == np.float16
+        assert oracle.first_mismatch(o16, o32.astype(np.float16)) is None
+        assert oracle.first_mismatch(s16, s32) is None
+
+
+def test_chunked_grid_and_threads_do_not_change_bits():
+    """The order is independent of the grid (persistent loop) and the block size."""
+    cu = np.array([0, 20, 86], dtype=np.int32)
+    case = make_case(18, T=86, H=1, HV=1, V=64, cu_seqlens=cu)
+    base = gdn_prefill(**case, out_dtype="float32")
+    for kw in ({"_max_ctas": 1}, {"_max_ctas": 3, "_threads": 96}, {"_threads": 128}):
+        o, s = gdn_prefill(**case, out_dtype="float32", **kw)
+        assert oracle.first_mismatch(o, base[0]) is None, kw
+        assert oracle.first_mismatch(s, base[1]) is None, kw
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_state_cache_in_place(fam):
+    cu = np.array([0, 20, 20, 45], dtype=np.int32)                # 20, 0, 25 tokens
+    case = make_case(19, T=45, H=1, HV=2, cu_seqlens=cu)
+    h0 = case.pop("initial_state")
+    slots = 6
+    idx = np.array([4, 1, 2], dtype=np.int32)
+    cache = np.full((slots, 2, 32, 32), SENT, dtype=np.float32)
+    cache[idx] = h0
+    o_ref, s_ref = gdn_prefill(**case, initial_state=h0, variant=fam)
+    o, s = gdn_prefill(**case, state_cache=cache, state_indices=idx, variant=fam)
+    assert s is cache
+    assert oracle.first_mismatch(o, o_ref) is None
+    assert oracle.first_mismatch(cache[idx], s_ref) is None
+    untouched = np.setdiff1d(np.arange(slots), idx)
+    assert (cache[untouched] == SENT).all()
+
+
+def test_output_final_state_false_and_route_audit():
+    case = make_case(21, T=5)
+    _registry.route_counters(reset=True)
+    for fam in FAMILIES:
+        o, s = gdn_prefill(**case, variant=fam, output_final_state=False)
+        assert s is None and o.shape == (1, 5, 1, 32)
+    counts = _registry.route_counters(reset=True)
+    assert counts == {"gdn_serial_fwd": 1, "gdn_chunked_fwd": 1}
+
+
+def test_variants_listed():
+    import dflash2_numba as d2
+
+    names = set(_registry.variants("gdn"))
+    assert {"serial", "chunked"} <= names
+    if hasattr(d2, "gdn_prefill"):
+        assert set(d2.gdn_variants()) == names
+
+
+def test_empty_sequences_only():
+    cu = np.array([0, 0, 0], dtype=np.int32)
+    case = make_case(22, T=0, cu_seqlens=cu)
+    for fam in FAMILIES:
+        o, s = gdn_prefill(**case, variant=fam)
+        assert o.shape == (1, 0, 1, 32)
+        assert oracle.first_mismatch(s, case["initial_state"]) is None

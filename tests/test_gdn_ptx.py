@@ -1,0 +1,76 @@
+"""Every GDN kernel compiles for sm_70 for every listed signature (real numba typing and
+NVVM, not the simulator), with no FP64 arithmetic, no local memory, and (when a ptxas
+that targets sm_70 is installed) no register spills.
+
+Runs in a child process without NUMBA_ENABLE_CUDASIM; skipped when numba cannot find
+libNVVM there."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CHILD = textwrap.dedent(r"""
+    import json, re, sys
+    try:
+        from numba.cuda.cudadrv.nvvm import NVVM
+        NVVM()
+    except Exception as e:
+        print("NO_NVVM", e)
+        sys.exit(77)
+    import dflash2_numba  # noqa: F401  (registers the variants)
+    import dflash2_numba.gdn  # noqa: F401
+    from dflash2_numba._compat import compile_ptx_cc
+    from dflash2_numba._registry import all_kernel_specs
+    try:
+        from dflash2_numba.ptx import assemble, find_ptxas
+        ptxas = find_ptxas()
+    except Exception:
+        ptxas = None
+    FP64 = re.compile(r"^\s*(?:@%p\d+\s+)?[a-z]+(?:\.[a-z0-9]+)*\.f64\b", re.M)
+    rows = []
+    for fam, vname, spec in all_kernel_specs():
+        if fam != "gdn":
+            continue
+        for i, sig in enumerate(spec.signatures):
+            row = {"variant": vname, "kernel": spec.name, "sig": i}
+            try:
+                ptx, _ = compile_ptx_cc(spec.pyfunc, sig, cc=(7, 0))
+                row["fp64"] = len(FP64.findall(ptx))
+                row["local"] = ptx.count(".local")
+                row["fma"] = ptx.count("fma.rn.f32")
+                if ptxas:
+                    row.update(assemble(ptxas, ptx, (7, 0)))
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {e}"[:2000]
+            rows.append(row)
+    print("ROWS" + json.dumps(rows))
+""")
+
+
+def test_gdn_kernels_compile_for_sm70():
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    if proc.returncode == 77:
+        pytest.skip("numba.cuda cannot find libNVVM: " + proc.stdout.strip()[-200:])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("ROWS")][-1]
+    rows = json.loads(line[4:])
+    names = {(r["variant"], r["kernel"]) for r in rows}
+    assert {("serial", "gdn_serial_fwd"), ("chunked", "gdn_chunked_fwd")} <= names
+    for r in rows:
+        print(r)
+        assert "error" not in r, r
+        assert r["fp64"] == 0, r
+        assert r["local"] == 0, r
+        assert r["fma"] > 0, r
+        if "registers" in r:
+            assert r.get("spill_store_bytes", 0) == 0 and r.get("spill_load_bytes", 0) == 0, r
+            assert r.get("stack_bytes", 0) == 0, r

@@ -1,0 +1,153 @@
+"""The screen catches what it exists to catch: a variant with one changed rounding (byte
+comparison), a variant that writes past its buffer (guard rows), a variant that launches
+another variant's kernel (route audit); and it passes the registered variants."""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import dflash2_numba as d2
+from dflash2_numba import _registry
+from dflash2_numba._compat import cuda
+from dflash2_numba.attention import frozen
+from dflash2_numba.contract import EXP_CLAMP, LIVE_M_THRESHOLD, NEG_INF
+from dflash2_numba.screen import main as screen_main
+
+F0 = np.float32(0.0)
+F1 = np.float32(1.0)
+
+
+@cuda.jit
+def _combine_two_roundings(seq_lens, row_lengths, use_rows, splits, partial, lse, out):
+    """frozen's combine with one changed rounding: acc + (w*inv)*partial instead of fma."""
+    b = cuda.blockIdx.x
+    t = cuda.blockIdx.y
+    h = cuda.blockIdx.z
+    Q = out.shape[1]
+    D = out.shape[3]
+    L = row_lengths[b, t] if use_rows != 0 else seq_lens[b] - Q + 1 + t
+    for d in range(cuda.threadIdx.x, D, cuda.blockDim.x):
+        if L <= 0:
+            out[b, t, h, d] = F0
+            continue
+        T = 0
+        for tt in range(Q):
+            Lt = row_lengths[b, tt] if use_rows != 0 else seq_lens[b] - Q + 1 + tt
+            T = max(T, Lt)
+        A = 1 if T <= 128 else min(splits, (T + 63) // 64)
+        M = NEG_INF
+        for s in range(A):
+            M = max(M, lse[b, s, t, h, 0])
+        den = F0
+        for s in range(A):
+            if lse[b, s, t, h, 0] > LIVE_M_THRESHOLD:
+                w = np.float32(math.exp(max(lse[b, s, t, h, 0] - M, EXP_CLAMP)))
+                den = cuda.fma(w, lse[b, s, t, h, 1], den)
+        inv = F1 / den if den > F0 else F0
+        acc = F0
+        for s in range(A):
+            if lse[b, s, t, h, 0] > LIVE_M_THRESHOLD:
+                w = np.float32(math.exp(max(lse[b, s, t, h, 0] - M, EXP_CLAMP)))
+                acc = acc + (w * inv) * partial[b, s, t, h, d]
+        out[b, t, h, d] = acc
+
+
+@cuda.jit
+def _poke(flat, index, value):
+    if cuda.threadIdx.x == 0:
+        flat[index] = value
+
+
+def _register(name, run, kernels):
+    return _registry.register(_registry.Variant(
+        name=name, family="attention", description="deliberately wrong (test)",
+        contract="A", kernels=kernels, run=run, bitwise_reference="frozen"))
+
+
+@pytest.fixture
+def bad_variants():
+    split_spec, combine_spec = frozen.VARIANT.kernels
+
+    def run_rounding(plan, stream):
+        B, Q, Hq, D = plan.q_shape
+        frozen.run(plan, stream)      # split + the right combine, then the wrong one on top
+        _registry.launch("test.combine_two_roundings", _combine_two_roundings, (B, Q, Hq), 64, stream,
+                         plan.seq_lens, plan.row_lengths, plan.use_rows, plan.splits,
+                         plan.partial, plan.lse, plan.out)
+
+    def run_past_rows(plan, stream):
+        frozen.run(plan, stream)
+        buf = plan.workspace._buffers["lse"]
+        _registry.launch("test.poke", _poke, 1, 32, stream, buf.flat, buf.guard + buf.size, np.float32(1.0))
+
+    def run_foreign(plan, stream):
+        frozen.run(plan, stream)
+
+    made = [
+        _register("bad_rounding", run_rounding,
+                  (split_spec, combine_spec, _registry.KernelSpec("test.combine_two_roundings",
+                                                                 _combine_two_roundings.py_func, ()))),
+        _register("bad_past_rows", run_past_rows,
+                  (split_spec, combine_spec, _registry.KernelSpec("test.poke", _poke.py_func, ()))),
+        _register("bad_route", run_foreign, (_registry.KernelSpec("test.own_kernel", _poke.py_func, ()),)),
+    ]
+    yield [v.name for v in made]
+    for v in made:
+        _registry.unregister("attention", v.name)
+
+
+def test_screen_catches_wrong_variants(bad_variants, tmp_path, capsys):
+    out = tmp_path / "s.json"
+    rc = screen_main(["attention", "--quick", "--contexts", "150", "--variants", ",".join(bad_variants),
+                      "--json", str(out)])
+    assert rc == 1
+    import json
+
+    rows = {r["variant"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["frozen"]["status"] == "ok" and rows["frozen"]["bitwise"] is None
+    r = rows["bad_rounding"]
+    assert r["status"] == "FAIL" and r["bitwise"] is False and r["mismatch"].startswith(("out16", "out32"))
+    assert r["guards"] is True and r["route_ok"] is True
+    r = rows["bad_past_rows"]
+    assert r["status"] == "FAIL" and r["guards"] is False and r["bitwise"] is True
+    r = rows["bad_route"]
+    assert r["status"] == "FAIL" and r["route_ok"] is False
+
+
+def test_screen_reports_unsupported_without_failing(tmp_path):
+    def run(plan, stream):  # pragma: no cover - never reached
+        raise AssertionError("launched")
+
+    def supports(shape):
+        raise d2.UnsupportedShape("only D=128")
+
+    _registry.register(_registry.Variant(name="narrow", family="attention", description="test",
+                                         contract="A", kernels=(), run=run, supports=supports,
+                                         bitwise_reference="frozen"))
+    try:
+        out = tmp_path / "s.json"
+        rc = screen_main(["attention", "--contexts", "40", "--variants", "narrow", "--json", str(out)])
+        import json
+
+        rows = {r["variant"]: r for r in json.loads(out.read_text())["rows"]}
+        assert rows["narrow"]["status"] == "unsupported"
+        assert rc == 0
+    finally:
+        _registry.unregister("attention", "narrow")
+
+
+def test_quick_screen_command_passes(tmp_path):
+    """The README's screen command on a machine without a GPU (full quick matrix)."""
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)   # the command must find the simulator by itself
+    proc = subprocess.run([sys.executable, "-m", "dflash2_numba.screen", "--quick", "--mp",
+                           "--json", str(tmp_path / "q.json"), "--plot", str(tmp_path / "q.png")],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "failed" in proc.stdout and " 0 failed" in proc.stdout
+    assert (tmp_path / "q.png").stat().st_size > 1000
