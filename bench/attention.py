@@ -60,6 +60,7 @@ PRODUCTION = dict(Q=8, Hq=6, Hkv=1, D=256, page=3296, splits=80, layers=16,
                   contexts=[1024, 32768, 65536, 131072, 261888], acc_context=32768)
 SMOKE = dict(Q=2, Hq=2, Hkv=1, D=64, page=16, splits=2, layers=2,
              contexts=[40, 160], acc_context=160)   # 160 keys: two active splits
+TORCH_DEVICE = "cuda"             # (a CPU dry run of the torch code paths sets "cpu")
 SCALE_K = 0.75                   # k_scale and v_scale: not 1, so the scale paths are exercised
 SCALE_V = 1.25
 
@@ -115,11 +116,11 @@ def make_layers(cfg, torch, rng, max_ctx):
         perm = rng.permutation(P).astype(np.int32).reshape(1, P)
         q_np = rng.standard_normal((1, Q, Hq, D)).astype(np.float16)
         if torch is not None:
-            gen = torch.Generator(device="cuda")
+            gen = torch.Generator(device=TORCH_DEVICE)
             gen.manual_seed(int(rng.integers(1 << 62)))
 
             def cache():
-                x = torch.randn((P, page, Hkv, D), generator=gen, device="cuda",
+                x = torch.randn((P, page, Hkv, D), generator=gen, device=TORCH_DEVICE,
                                 dtype=torch.float16)
                 x.mul_(2.0).clamp_(-448.0, 448.0)
                 c = x.to(torch.float8_e4m3fn).view(torch.uint8)
@@ -127,8 +128,8 @@ def make_layers(cfg, torch, rng, max_ctx):
                 return c
 
             kc, vc = cache(), cache()
-            q = torch.from_numpy(q_np).cuda()
-            bt = torch.from_numpy(perm).cuda()
+            q = torch.from_numpy(q_np).to(TORCH_DEVICE)
+            bt = torch.from_numpy(perm).to(TORCH_DEVICE)
         else:
             from oracle.selfcheck import encode_e4m3
 
@@ -145,7 +146,7 @@ def make_layers(cfg, torch, rng, max_ctx):
 
 def device_int32(torch, values):
     a = np.asarray(values, dtype=np.int32)
-    return torch.from_numpy(a).cuda() if torch is not None else cuda.to_device(a)
+    return torch.from_numpy(a).to(TORCH_DEVICE) if torch is not None else cuda.to_device(a)
 
 
 def to_host(x):
@@ -195,11 +196,12 @@ def _qk_scale(scale, k_scale):
 class PeerContext:
     """Per-context tensors shared by the torch peers: the visible-key mask and page lists."""
 
-    def __init__(self, torch, cfg, T):
+    def __init__(self, torch, cfg, T, device=None):
         Q, Hq, Hkv = cfg["Q"], cfg["Hq"], cfg["Hkv"]
         G = Hq // Hkv
-        j = torch.arange(T, device="cuda")
-        last = T - Q + torch.arange(Q, device="cuda")            # row t sees j <= T - Q + t
+        device = device or TORCH_DEVICE
+        j = torch.arange(T, device=device)
+        last = T - Q + torch.arange(Q, device=device)            # row t sees j <= T - Q + t
         self.allow = j[None, :] <= last[:, None]                  # [Q, T] bool
         self.block_rows = (~self.allow).repeat_interleave(G, dim=0)   # [Q*G, T], rows t*G+g
         self.n_pages = -(-T // cfg["page"])
@@ -350,8 +352,12 @@ def main(argv=None) -> int:
             return 2
 
     torch, why_no_torch = C.try_import_torch()
+    peers_info = {}
     if torch is None:
         notes.append(f"no torch: {why_no_torch}; no CUDA graphs and no peers")
+        peers_info["skipped"] = f"no torch ({why_no_torch})"
+    elif args.no_peers:
+        peers_info["skipped"] = "--no-peers"
     use_graphs = torch is not None
     clock = C.Clock(torch)
     if C.SIMULATOR:
@@ -380,7 +386,6 @@ def main(argv=None) -> int:
     results = []        # one row per (context, impl, mode)
     overhead = []
     accuracy = {"context": acc_ctx, "layer": 0, "rows": {}}
-    peers_info = {}
     graph_checks = []
     skipped = []
 
@@ -392,7 +397,7 @@ def main(argv=None) -> int:
         ws_bytes = cfg["layers"] * (cm["kv_bytes_per_layer"] + cm["workspace_bytes_per_layer"])
         l2_note = None
         if l2 and ws_bytes <= 2 * l2:
-            l2_note = (f"context {T}: the 16-layer working set ({ws_bytes / 1e6:.1f} MB) is within "
+            l2_note = (f"context {T}: the {cfg['layers']}-layer working set ({ws_bytes / 1e6:.1f} MB) is within "
                        f"2x the L2 ({l2 / 1e6:.0f} MB); replays may hit L2, bandwidth fractions "
                        f"are flattered")
             notes.append(l2_note)
@@ -425,15 +430,17 @@ def main(argv=None) -> int:
 
             t0 = time.perf_counter()
             try:
-                eager()
-                clock.sync()
+                if not C.SIMULATOR:     # warm-up (compiles); on the simulator the trials suffice
+                    eager()
+                    clock.sync()
             except Exception as exc:  # noqa: BLE001
                 msg = f"{v} @ {T}: launch failed: {type(exc).__name__}: {exc}"
                 notes.append(msg)
                 C.log("  " + msg)
                 continue
-            C.log(f"  {v}: first launch of {len(plans)} layers {time.perf_counter() - t0:.2f} s "
-                  f"(includes compilation the first time)")
+            if not C.SIMULATOR:
+                C.log(f"  {v}: first launch of {len(plans)} layers {time.perf_counter() - t0:.2f} s"
+                      f" (includes compilation the first time)")
             est = None if C.SIMULATOR else clock.time_ms(eager, 1)
             if not args.no_eager or not use_graphs:
                 reps = 1 if C.SIMULATOR else C.choose_reps(est, args.target_ms)
@@ -471,8 +478,7 @@ def main(argv=None) -> int:
             except Exception as exc:  # noqa: BLE001
                 notes.append(f"peers @ {T}: set-up failed: {type(exc).__name__}: {exc}")
             for name, make in (PEERS.items() if pc is not None else []):
-                info = peers_info.setdefault(name, {"available": False, "error": None,
-                                                    "modes": {}})
+                info = peers_info.setdefault(name, {"ran_at": [], "errors": {}, "modes": {}})
                 try:
                     with torch.inference_mode():
                         fns = [make(torch, cfg, L, pc, scale) for L in layers]
@@ -483,10 +489,10 @@ def main(argv=None) -> int:
                         run_all()
                         run_all()
                         torch.cuda.synchronize()
-                    info["available"] = True
+                    info["ran_at"].append(T)
                 except Exception as exc:  # noqa: BLE001
-                    info["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-                    C.log(f"  peer {name} @ {T} unavailable: {info['error']}")
+                    info["errors"][str(T)] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                    C.log(f"  peer {name} @ {T} unavailable: {info['errors'][str(T)]}")
                     _recover_torch(torch)
                     continue
 
@@ -682,7 +688,9 @@ def finish(record, out_dir: Path, cfg) -> int:
                  f"copy {C.fmt(bw and bw / 1e9, '.4g')} GB/s (read + write)")
 
     meta = record["meta"]
-    md = [C.md_header("q8 verification attention: 16-layer CUDA-graph timing", meta),
+    md = [C.md_header(f"q8 verification attention: {nl}-layer step timing "
+                      f"({'CUDA graph and eager' if any(r['mode'] == 'graph' for r in results) else 'eager'})",
+                      meta),
           f"Shape: B=1, Q={cfg['Q']}, Hq={cfg['Hq']}, Hkv={cfg['Hkv']}, D={cfg['D']}, E4M3 K/V, "
           f"page {cfg['page']}, {cfg['splits']} splits, {cfg['layers']} distinct layers; "
           f"{record['config']['trials']} trials (median), variant order rotated per round.",

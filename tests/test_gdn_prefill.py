@@ -7,7 +7,7 @@ import pytest
 
 import oracle
 from dflash2_numba import _registry
-from dflash2_numba._compat import SIMULATOR
+from dflash2_numba._compat import SIMULATOR, cuda
 from dflash2_numba.gdn import gdn_prefill
 from dflash2_numba.gdn.emulate import chunked_emulate, serial_emulate
 
@@ -125,8 +125,9 @@ def test_chunked_grid_and_threads_do_not_change_bits():
         assert oracle.first_mismatch(s, base[1]) is None, kw
 
 
+@pytest.mark.parametrize("kind", ["numpy", "device"])
 @pytest.mark.parametrize("fam", FAMILIES)
-def test_state_cache_in_place(fam):
+def test_state_cache_in_place(fam, kind):
     cu = np.array([0, 20, 20, 45], dtype=np.int32)                # 20, 0, 25 tokens
     case = make_case(19, T=45, H=1, HV=2, cu_seqlens=cu)
     h0 = case.pop("initial_state")
@@ -135,8 +136,15 @@ def test_state_cache_in_place(fam):
     cache = np.full((slots, 2, 32, 32), SENT, dtype=np.float32)
     cache[idx] = h0
     o_ref, s_ref = gdn_prefill(**case, initial_state=h0, variant=fam)
-    o, s = gdn_prefill(**case, state_cache=cache, state_indices=idx, variant=fam)
-    assert s is cache
+    if kind == "numpy":
+        o, s = gdn_prefill(**case, state_cache=cache, state_indices=idx, variant=fam)
+        assert s is cache
+    else:                                   # zero-copy: the kernel writes the cache itself
+        dcache = cuda.to_device(cache)
+        o, s = gdn_prefill(**case, state_cache=dcache, state_indices=cuda.to_device(idx),
+                           variant=fam)
+        assert s is dcache
+        cache = np.asarray(dcache.copy_to_host())
     assert oracle.first_mismatch(o, o_ref) is None
     assert oracle.first_mismatch(cache[idx], s_ref) is None
     untouched = np.setdiff1d(np.arange(slots), idx)
@@ -169,3 +177,19 @@ def test_empty_sequences_only():
         o, s = gdn_prefill(**case, variant=fam)
         assert o.shape == (1, 0, 1, 32)
         assert oracle.first_mismatch(s, case["initial_state"]) is None
+
+
+def test_device_arrays_and_stream():
+    """Device inputs come back as device arrays; an explicit stream gives the same bits
+    (on a GPU: ``_arrays.resolve_stream`` does not take the simulator's fake streams)."""
+    case = make_case(23, T=9, HV=2, dtype=np.float16)
+    o_np, s_np = gdn_prefill(**case)
+    stream = None if SIMULATOR else cuda.stream()
+    dev = {n: cuda.to_device(a) for n, a in case.items()}
+    o_d, s_d = gdn_prefill(**dev, stream=stream)
+    cuda.synchronize()
+    if not SIMULATOR:                        # (simulated device arrays read as host DLPack)
+        assert not isinstance(o_d, np.ndarray)
+        o_d, s_d = o_d.copy_to_host(), s_d.copy_to_host()
+    assert oracle.first_mismatch(np.asarray(o_d), o_np) is None
+    assert oracle.first_mismatch(np.asarray(s_d), s_np) is None

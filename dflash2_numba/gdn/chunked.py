@@ -9,8 +9,8 @@ Notation
 ``+ - *`` FP32 round-to-nearest-even; ``fma(a, b, c)`` one rounding (``cuda.fma``);
 ``E(x)`` the FP32 ``math.exp`` of an FP32 argument (device ``expf``). Per sequence ``n``
 and value head ``hv`` (q/k head ``hq = hv // (HV/H)``), the sequence is cut into chunks of
-``C = 64`` tokens from its first token; the last chunk has ``L = len - 64*floor(...)``
-tokens (``1 <= L <= 64``). Inside a chunk ``i, j`` are 0-based token indices and
+``C = 64`` tokens from its first token; each chunk has ``L = min(64, tokens left)``
+tokens (only the last one can be partial). Inside a chunk ``i, j`` are 0-based token indices and
 ``m`` runs over K, ``c`` over V. Inputs are read as FP32 (fp16 converts exactly).
 ``h`` is the FP32 ``[K, V]`` state at the chunk start (the initial state, or zeros,
 for the first chunk). Every sum below starts from the value named and adds its terms in
@@ -20,7 +20,7 @@ Operation order (per chunk)
 ---------------------------
 1. Rows. ``r_j = 1 / sqrt(ss_j + 1e-6)`` with ``ss_j = 0; for m ascending:
    ss_j = fma(k_jm, k_jm, ss_j)`` (add, IEEE sqrt, IEEE division; ``r_j = 1`` without
-   ``use_qk_l2norm``); the same for q. ``kn_jm = k_jm * r_j``;
+   ``use_qk_l2norm``); the same for q, giving ``rq_j``. ``kn_jm = k_jm * r_j``;
    ``qs_jm = (q_jm * rq_j) * scale``. ``g_j = min(g_t, 0)``; ``a_j = E(g_j)``.
 2. Decay (multiplicative cumulative decay; only ``E`` of ``g_j <= 0`` is ever formed).
    Row i, backwards from the diagonal: ``p = 1; D_ii = 1``; for ``j = i-1, ..., 0``:
@@ -66,6 +66,14 @@ incl. diagonal) in steps 2-3, then A stored transposed in the upper triangle
 ``a, beta, gamma, r_k, r_q [64]``. Global scratch per CTA (``scratch[blockIdx.x]``, L2
 resident, visible inside the CTA across ``syncthreads``): ``Kn^T, Qs^T, X^T, Kd^T, W^T``
 (``[K][64]`` each) and ``P[64][64]``. Barriers per chunk: ``L + 6``.
+
+What an optimised variant may change without changing a bit: the thread mapping, register
+tiling (e.g. 4x4 tiles of G, S, W, vn, o, h with the m- or j-loops kept in order), the
+column block width, where the intermediates live (shared memory, registers, a separate
+pre-pass kernel over all chunks for steps 1-5), the number of kernels. What it may not:
+any step's summation order, the fused/unfused choice of any step, the association of the
+products (``(G * beta) * D``, ``kn * (beta * gamma)``, ``(q * r) * scale``), or the use of
+``E`` on anything but ``min(g, 0)``.
 """
 from __future__ import annotations
 

@@ -6,18 +6,22 @@ One CTA per work item (sequence ``n``, value head ``hv``, block of ``VB = 32`` s
 columns ``c0 .. c0+31``); 32 threads, thread ``c`` owns state column ``c0 + c``. The
 columns of the state evolve independently (the key side ``k``, ``q``, ``g``, ``beta`` is
 shared by every column), so a CTA needs only its ``[K, 32]`` slice of the state, kept in
-shared memory (``hs``, 16 KiB at K = 128). Grid: ``N * HV * V/32`` CTAs (1-D, one per row
-of the work table, longest sequences first). Shared: ``hs[128][32]``, ``kn[128]``,
-``qs[128]``, ``r[2]`` (17 KiB). Per token: three barriers.
+shared memory. Grid: ``N * HV * V/32`` CTAs (1-D, one per row of the work table, longest
+sequences first). Tokens are taken in groups of ``TG = 16``: the group's k and q rows are
+staged in shared memory (coalesced), their norms computed in parallel (one thread per
+row), the rows normalised in place, and then every thread runs the recurrence of its
+column through the group's tokens with no further barrier. Shared: ``hs[128][32]`` (the
+state slice), ``kg, qg [16][129]`` (padded rows), ``a, beta, r`` (33.5 KiB); four
+barriers per group of 16 tokens.
 
 FP32 operation order (frozen; ``fma`` = ``cuda.fma``, one rounding; ``E`` = ``expf``)
 -------------------------------------------------------------------------------------
-Per token ``t`` of the sequence, in order (q/k head ``hq = hv // (HV/H)``):
+Per token ``t`` of the sequence, in order (q/k head ``hq = hv // (HV/H)``; inputs read as
+FP32, fp16 converts exactly):
 
-1. Row normalisation (thread 0 for k, thread 1 for q; :func:`._common.row_recip`):
-   ``ss = 0; for m = 0..K-1: ss = fma(k_m, k_m, ss)``; ``r_k = 1 / sqrt(ss + 1e-6)``
-   (add, IEEE sqrt, IEEE division; ``r_k = 1`` without ``use_qk_l2norm``); the same for q.
-   ``kn_m = k_m * r_k``;  ``qs_m = (q_m * r_q) * scale``.
+1. Row normalisation: ``ss = 0; for m = 0..K-1: ss = fma(k_m, k_m, ss)``;
+   ``r_k = 1 / sqrt(ss + 1e-6)`` (add, IEEE sqrt, IEEE division; ``r_k = 1`` without
+   ``use_qk_l2norm``); the same for q. ``kn_m = k_m * r_k``;  ``qs_m = (q_m * r_q) * scale``.
 2. ``a = E(min(g_t, 0))``.
 3. Per column c: ``hk = 0``; for m = 0..K-1 ascending: ``h[m,c] = h[m,c] * a``;
    ``hk = fma(h[m,c], kn_m, hk)``.
@@ -26,6 +30,7 @@ Per token ``t`` of the sequence, in order (q/k head ``hq = hv // (HV/H)``):
    ``o = fma(h[m,c], qs_m, o)``.  ``o_t[c] = o`` (cast to the output dtype, RNE).
 
 The state starts from the initial state (or zeros) and the final ``h`` is the final state.
+The row normalisation is the same as the chunked family's (identical ``kn``, ``qs`` bits).
 :func:`dflash2_numba.gdn.emulate.serial_emulate` is this order in numpy.
 """
 from __future__ import annotations
@@ -36,17 +41,22 @@ import numpy as np
 
 from .. import _registry
 from .._compat import cuda
-from ._common import F32, MAXD, VB, ZERO, GdnPlan, kernel_signatures, row_recip
+from ._common import EPS, F32, MAXD, ONE, VB, ZERO, GdnPlan, kernel_signatures
 
 KERNEL_NAME = "gdn_serial_fwd"
 THREADS = VB
+TG = 16                  # tokens staged per group
+MAXDP1 = MAXD + 1        # padded row length of the staged rows
+TG2 = 2 * TG
 
 
 def gdn_serial_kernel(q, k, v, g, beta, o, h0, h0_idx, hT, hT_idx, seqs, work, scale, use_l2):
-    hs = cuda.shared.array((MAXD, VB), dtype=np.float32)   # state slice h[:, c0:c0+VB]
-    kn = cuda.shared.array(MAXD, dtype=np.float32)         # normalised k_t
-    qs = cuda.shared.array(MAXD, dtype=np.float32)         # normalised, scaled q_t
-    rr = cuda.shared.array(2, dtype=np.float32)            # r_k, r_q
+    hs = cuda.shared.array((MAXD, VB), dtype=np.float32)    # state slice h[:, c0:c0+VB]
+    kg = cuda.shared.array((TG, MAXDP1), dtype=np.float32)  # k rows of the group -> kn
+    qg = cuda.shared.array((TG, MAXDP1), dtype=np.float32)  # q rows of the group -> qs
+    ag = cuda.shared.array(TG, dtype=np.float32)            # a = E(min(g, 0))
+    bg = cuda.shared.array(TG, dtype=np.float32)            # beta
+    rr = cuda.shared.array(TG2, dtype=np.float32)           # r_k (0..TG-1), r_q (TG..)
 
     tid = cuda.threadIdx.x
     nthr = cuda.blockDim.x
@@ -68,40 +78,67 @@ def gdn_serial_kernel(q, k, v, g, beta, o, h0, h0_idx, hT, hT_idx, seqs, work, s
             hs[m, c] = h0[i0, hv, m, c0 + c]
         else:
             hs[m, c] = ZERO
-    cuda.syncthreads()
 
-    for t in range(bos, bos + ln):
-        if tid == 0:
-            rr[0] = row_recip(k, bb, t, hq, K, use_l2)
-        if tid == 1:
-            rr[1] = row_recip(q, bb, t, hq, K, use_l2)
-        cuda.syncthreads()
-        rk = rr[0]
-        rq = rr[1]
-        for m in range(tid, K, nthr):
-            kn[m] = F32(k[bb, t, hq, m]) * rk
-            qs[m] = (F32(q[bb, t, hq, m]) * rq) * scale
-        cuda.syncthreads()
-        if tid < VB:
-            c = tid
-            gt = F32(g[bb, t, hv])
+    for tb in range(bos, bos + ln, TG):
+        nt = min(TG, bos + ln - tb)
+        # stage the group's rows and scalars
+        for e in range(tid, nt * K, nthr):
+            j = e // K
+            m = e - j * K
+            kg[j, m] = F32(k[bb, tb + j, hq, m])
+            qg[j, m] = F32(q[bb, tb + j, hq, m])
+        for j in range(tid, nt, nthr):
+            gt = F32(g[bb, tb + j, hv])
             if gt > ZERO:
                 gt = ZERO
-            a = F32(math.exp(gt))
-            hk = ZERO
-            for m in range(K):
-                hm = hs[m, c] * a
-                hs[m, c] = hm
-                hk = cuda.fma(hm, kn[m], hk)
-            u = F32(beta[bb, t, hv]) * (F32(v[bb, t, hv, c0 + c]) - hk)
-            acc = ZERO
-            for m in range(K):
-                hm = cuda.fma(kn[m], u, hs[m, c])
-                hs[m, c] = hm
-                acc = cuda.fma(hm, qs[m], acc)
-            o[bb, t, hv, c0 + c] = acc
+            ag[j] = F32(math.exp(gt))
+            bg[j] = F32(beta[bb, tb + j, hv])
+        cuda.syncthreads()
+        # step 1: row norms (one thread per row)
+        for r in range(tid, 2 * nt, nthr):
+            rv = ONE
+            if use_l2 != 0:
+                ss = ZERO
+                if r < nt:
+                    for m in range(K):
+                        x = kg[r, m]
+                        ss = cuda.fma(x, x, ss)
+                else:
+                    for m in range(K):
+                        x = qg[r - nt, m]
+                        ss = cuda.fma(x, x, ss)
+                rv = ONE / F32(math.sqrt(ss + EPS))
+            if r < nt:
+                rr[r] = rv
+            else:
+                rr[TG + r - nt] = rv
+        cuda.syncthreads()
+        for e in range(tid, nt * K, nthr):
+            j = e // K
+            m = e - j * K
+            kg[j, m] = kg[j, m] * rr[j]
+            qg[j, m] = (qg[j, m] * rr[TG + j]) * scale
+        cuda.syncthreads()
+        # steps 2-5: the recurrence, one thread per column, tokens in order
+        if tid < VB:
+            c = tid
+            for j in range(nt):
+                a = ag[j]
+                hk = ZERO
+                for m in range(K):
+                    hm = hs[m, c] * a
+                    hs[m, c] = hm
+                    hk = cuda.fma(hm, kg[j, m], hk)
+                u = bg[j] * (F32(v[bb, tb + j, hv, c0 + c]) - hk)
+                acc = ZERO
+                for m in range(K):
+                    hm = cuda.fma(kg[j, m], u, hs[m, c])
+                    hs[m, c] = hm
+                    acc = cuda.fma(hm, qg[j, m], acc)
+                o[bb, tb + j, hv, c0 + c] = acc
         cuda.syncthreads()
 
+    cuda.syncthreads()
     i1 = hT_idx[n]
     if i1 >= 0:
         for e in range(tid, K * VB, nthr):

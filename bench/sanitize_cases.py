@@ -1,0 +1,88 @@
+"""Boundary cases for compute-sanitizer: every kernel of every variant, once each.
+
+Run under the sanitizer by ``bench/sanitize.sh`` (memcheck, racecheck, synccheck). The
+cases are small (sanitizers slow kernels down by orders of magnitude) except the 262144
+boundary, which runs only with ``--large``.
+
+    compute-sanitizer --tool memcheck python3 bench/sanitize_cases.py [--large]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+import dflash2_numba as d2  # noqa: E402
+import oracle  # noqa: E402
+from dflash2_numba._compat import cuda  # noqa: E402
+
+
+def attention_cases(large: bool):
+    """(name, case kwargs, splits): page crossings, T = 1 / 129, q2..q8, empty rows."""
+    base = dict(Hq=6, Hkv=1, D=256)
+    cases = []
+    for i, (Q, T, page) in enumerate([(8, 1, 848), (8, 129, 848), (2, 849, 848), (3, 1697, 848),
+                                      (4, 3297, 3296), (5, 700, 64), (6, 64, 64), (7, 65, 64)]):
+        cases.append((f"q{Q} T={T} page={page}", dict(B=1, Q=Q, page_size=page, seq_lens=[T], **base), 80))
+    cases.append(("q8 batch 1/200/0-rows", dict(B=3, Q=8, page_size=128, seq_lens=[1, 200, 30],
+                                                row_lengths=np.array([[1] * 8, [200 - 7 + t for t in range(8)],
+                                                                      [0, 0, 5, 0, 30, 0, 0, 0]], np.int32),
+                                                Hq=4, Hkv=2, D=128), 80))
+    if large:
+        cases.append(("q8 T=262144 page=3296", dict(B=1, Q=8, page_size=3296, seq_lens=[262144], **base), 80))
+    return cases
+
+
+def gdn_cases():
+    rng = np.random.default_rng(0)
+    out = []
+    for name, lens in [("T=1", [1]), ("T=65", [65]), ("varlen 1/63/66/130", [1, 63, 66, 130])]:
+        T = sum(lens)
+        cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+        H, HV, K, V = 2, 4, 128, 128
+        c = dict(q=rng.standard_normal((1, T, H, K)).astype(np.float16),
+                 k=rng.standard_normal((1, T, H, K)).astype(np.float16),
+                 v=rng.standard_normal((1, T, HV, V)).astype(np.float16),
+                 g=(-np.abs(rng.standard_normal((1, T, HV))) * 0.1).astype(np.float32),
+                 beta=rng.uniform(0, 1, (1, T, HV)).astype(np.float32),
+                 cu_seqlens=cu if len(lens) > 1 else None,
+                 initial_state=(rng.standard_normal((len(lens), HV, K, V)) * 0.1).astype(np.float32))
+        out.append((name, c))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--large", action="store_true", help="also the 262144-token boundary")
+    args = ap.parse_args()
+    rng = np.random.default_rng(1)
+    ran = 0
+    for name, kw, splits in attention_cases(args.large):
+        c = oracle.random_attention_case(rng, strided=False, **kw)
+        for variant in d2.attention_variants():
+            try:
+                d2.verify_attention(**c, splits=splits, variant=variant)
+                cuda.synchronize()
+                ran += 1
+            except d2.UnsupportedShape:
+                pass
+            print(f"attention {variant:<16} {name}", flush=True)
+    for name, c in gdn_cases():
+        for variant in d2.gdn_variants():
+            try:
+                d2.gdn_prefill(**c, variant=variant)
+                cuda.synchronize()
+                ran += 1
+            except d2.UnsupportedShape:
+                pass
+            print(f"gdn {variant:<16} {name}", flush=True)
+    print(f"ran {ran} variant-cases; launches: {d2.route_counters()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

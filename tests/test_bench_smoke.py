@@ -1,0 +1,85 @@
+"""The benchmark scripts run end to end in their ``--smoke`` configuration on the CUDA
+simulator (a subprocess with NUMBA_ENABLE_CUDASIM=1) and write the expected files and
+JSON keys. No timing is asserted."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+COMMON_KEYS = {"meta", "config", "ceilings", "results", "accuracy", "peers", "notes", "files"}
+META_KEYS = {"date_utc", "git_commit", "device", "command", "timing_method", "simulator"}
+
+
+def _run(script: str, out: Path):
+    env = dict(os.environ)
+    env["NUMBA_ENABLE_CUDASIM"] = "1"
+    env.pop("OUT", None)
+    cmd = [sys.executable, str(REPO / "bench" / script), "--smoke", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=str(REPO), env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, (f"{script} exited {proc.returncode}\n--- stdout\n{proc.stdout}"
+                                  f"\n--- stderr\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def _check_files(out: Path, stem: str):
+    files = sorted(p.name for p in out.iterdir())
+    assert {f"{stem}.json", f"{stem}.md", f"{stem}.png"} <= set(files), files
+    assert all(p.is_file() for p in out.iterdir()), "nothing nested under --out"
+    data = json.loads((out / f"{stem}.json").read_text())
+    assert COMMON_KEYS <= set(data), sorted(COMMON_KEYS - set(data))
+    assert META_KEYS <= set(data["meta"]), sorted(META_KEYS - set(data["meta"]))
+    assert data["meta"]["simulator"] is True
+    assert data["meta"]["timing_method"] == "perf_counter"
+    assert "--smoke" in data["meta"]["command"]
+    assert {"fma", "copy"} <= set(data["ceilings"])
+    return data
+
+
+def test_attention_smoke(tmp_path):
+    proc = _run("attention.py", tmp_path)
+    data = _check_files(tmp_path, "attention")
+    cfg = data["config"]
+    assert cfg["layers"] == 2 and cfg["Q"] == 2 and cfg["D"] == 64 and cfg["page"] == 16
+    variants = cfg["variants"]
+    assert "frozen" in variants
+    seen = {(r["context"], r["impl"]) for r in data["results"]}
+    for ctx in cfg["contexts"]:
+        for v in variants:
+            assert (ctx, v) in seen, f"no timing row for {v} at context {ctx}"
+    for r in data["results"]:
+        assert {"ms_all", "ms_layer", "mode", "trials", "floor_instr_ms_all"} <= set(r)
+        assert r["mode"] == "eager"           # no graphs on the simulator
+    acc = data["accuracy"]["rows"]["frozen"]
+    assert "error" not in acc, acc
+    assert acc["rel_l2_fp32"] < 1e-5 and acc["rel_l2_fp16"] < 1e-3
+    assert "context" in proc.stdout              # the table is printed
+
+
+def test_gdn_smoke(tmp_path):
+    import dflash2_numba as d2
+
+    if getattr(d2, "gdn_prefill", None) is None:
+        pytest.skip("dflash2_numba.gdn_prefill does not exist yet")
+    _run("gdn.py", tmp_path)
+    data = _check_files(tmp_path, "gdn")
+    cfg = data["config"]
+    assert cfg["lengths"] == [70] and cfg["K"] == 32 and cfg["HV"] == 2
+    variants = cfg["variants"]
+    assert variants, "no GDN variant ran"
+    timed = {r["impl"] for r in data["results"]}
+    assert set(variants) <= timed
+    for r in data["results"]:
+        assert {"ms", "tokens_per_s", "floor_fp32_ms", "trials"} <= set(r)
+    for v in variants:
+        acc = data["accuracy"]["rows"][v]
+        assert "error" not in acc, acc
+        assert acc["rel_l2_state"] < 1e-4 and acc["rel_l2_out_fp16"] < 1e-3
+    assert data["peers"]["fla"]["available"] is False
