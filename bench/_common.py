@@ -229,11 +229,11 @@ class Clock:
         return (time.perf_counter() - t0) * 1e3 / reps
 
 
-def choose_reps(est_ms: float, target_ms: float, max_reps: int = 200) -> int:
-    """Calls per trial so that one trial lasts about ``target_ms``."""
+def choose_reps(est_ms: float, target_ms: float, max_reps: int = 200, min_reps: int = 1) -> int:
+    """Calls per trial so that one trial lasts about ``target_ms`` (at least ``min_reps``)."""
     if not est_ms or not math.isfinite(est_ms) or est_ms <= 0:
-        return 1
-    return int(max(1, min(max_reps, math.ceil(target_ms / est_ms))))
+        return max(1, min_reps)
+    return int(max(1, min_reps, min(max_reps, math.ceil(target_ms / est_ms))))
 
 
 def stats(times: Sequence[float]) -> Dict[str, object]:
@@ -275,7 +275,7 @@ def alternating_trials(items: Dict[str, Callable[[], float]], trials: int, budge
 # --------------------------------------------------------------------------- ceilings
 
 FMA_CHAINS = 16   # independent FMA chains per thread
-FMA_UNROLL = 4    # FMAs per chain per loop iteration
+FMA_UNROLL = 8    # FMAs per chain per loop iteration
 _fma_kernel = None
 
 
@@ -315,7 +315,7 @@ def measure_fma_rate(clock: Clock, *, smoke: bool, trials: int = 5) -> Dict[str,
         blocks, threads, iters = 1, 32, 2
     else:
         sms = int(device_info().get("sms") or 132)
-        blocks, threads, iters = sms * 8, 256, 16384
+        blocks, threads, iters = sms * 8, 256, 8192
     dout = cuda.device_array(blocks * threads, dtype=np.float32)
     s = clock.stream
 
@@ -353,7 +353,6 @@ def measure_copy_bandwidth(clock: Clock, *, smoke: bool, trials: int = 5,
     times = [clock.time_ms(copy, reps) for _ in range(trials)]
     best = min(times)
     bw = 2 * nbytes / (best * 1e-3)
-    del src, dst
     return {"bytes_per_s": bw, "copy_bytes": nbytes, "reps_per_trial": reps,
             "trials_ms_per_copy": times, "uses": "best trial, bytes read + written",
             "meaningful": not SIMULATOR}

@@ -29,7 +29,6 @@ is printed last; attention.json, attention.md and attention.png are written to -
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -41,7 +40,6 @@ import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import gc  # noqa: E402
 import inspect  # noqa: E402
-import math  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 import warnings  # noqa: E402
@@ -63,6 +61,7 @@ SMOKE = dict(Q=2, Hq=2, Hkv=1, D=64, page=16, splits=2, layers=2,
 TORCH_DEVICE = "cuda"             # (a CPU dry run of the torch code paths sets "cpu")
 SCALE_K = 0.75                   # k_scale and v_scale: not 1, so the scale paths are exercised
 SCALE_V = 1.25
+MIN_REPS = 3                     # graph replays (or eager rounds) per timed trial, at least
 
 try:  # numba's grid-size advice on every small launch is noise here
     from numba.core.errors import NumbaPerformanceWarning
@@ -443,7 +442,8 @@ def main(argv=None) -> int:
                       f" (includes compilation the first time)")
             est = None if C.SIMULATOR else clock.time_ms(eager, 1)
             if not args.no_eager or not use_graphs:
-                reps = 1 if C.SIMULATOR else C.choose_reps(est, args.target_ms)
+                reps = (1 if C.SIMULATOR
+                        else C.choose_reps(est, args.target_ms, min_reps=MIN_REPS))
                 items[f"{v}/eager"] = (lambda eager=eager, reps=reps: clock.time_ms(eager, reps))
                 labels[f"{v}/eager"] = (v, "variant", "eager", reps)
             if use_graphs:
@@ -456,7 +456,7 @@ def main(argv=None) -> int:
                         notes.append(f"{v} @ {T}: graph replay output differs from eager output")
                     g.replay()
                     est_g = clock.time_ms(g.replay, 1)
-                    reps = C.choose_reps(est_g, args.target_ms)
+                    reps = C.choose_reps(est_g, args.target_ms, min_reps=MIN_REPS)
                     items[f"{v}/graph"] = (lambda g=g, reps=reps: clock.time_ms(g.replay, reps))
                     labels[f"{v}/graph"] = (v, "variant", "graph", reps)
                 except Exception as exc:  # noqa: BLE001
@@ -465,7 +465,8 @@ def main(argv=None) -> int:
                     C.log("  " + msg)
                     C.log(traceback.format_exc())
                     if f"{v}/eager" not in items:
-                        reps = C.choose_reps(est, args.target_ms)
+                        reps = 1 if C.SIMULATOR else C.choose_reps(est, args.target_ms,
+                                                                   min_reps=MIN_REPS)
                         items[f"{v}/eager"] = (lambda eager=eager, reps=reps: clock.time_ms(eager, reps))
                         labels[f"{v}/eager"] = (v, "variant", "eager", reps)
                     _recover_torch(torch)
@@ -506,7 +507,7 @@ def main(argv=None) -> int:
                     graphs.append(g)
                     g.replay()
                     est_g = clock.time_ms(g.replay, 1)
-                    reps = C.choose_reps(est_g, args.target_ms)
+                    reps = C.choose_reps(est_g, args.target_ms, min_reps=MIN_REPS)
                     items[f"{name}/graph"] = (lambda g=g, reps=reps: clock.time_ms(g.replay, reps))
                     labels[f"{name}/graph"] = (name, "peer", "graph", reps)
                     mode = "graph"
@@ -515,7 +516,7 @@ def main(argv=None) -> int:
                                  f"{type(exc).__name__}: {str(exc)[:200]}")
                     _recover_torch(torch)
                 est = clock.time_ms(run_inf, 1)
-                reps = C.choose_reps(est, args.target_ms)
+                reps = C.choose_reps(est, args.target_ms, min_reps=MIN_REPS)
                 if mode == "eager" or not args.no_eager:
                     items[f"{name}/eager"] = (lambda run_inf=run_inf, reps=reps:
                                               clock.time_ms(run_inf, reps))
@@ -693,8 +694,19 @@ def finish(record, out_dir: Path, cfg) -> int:
                       meta),
           f"Shape: B=1, Q={cfg['Q']}, Hq={cfg['Hq']}, Hkv={cfg['Hkv']}, D={cfg['D']}, E4M3 K/V, "
           f"page {cfg['page']}, {cfg['splits']} splits, {cfg['layers']} distinct layers; "
-          f"{record['config']['trials']} trials (median), variant order rotated per round.",
+          f"{record['config']['trials']} trials (median), variant order rotated per round. "
+          f"FP32 floor % = contract floor ({INSTR_PER_ROW_KEY} FP32 instructions per (row, key) "
+          f"at the measured FMA rate) / time; bandwidth % = modelled bytes / time / measured copy "
+          f"bandwidth. The peers use tensor cores and materialise FP16 K/V, so their FP32-floor "
+          f"percentage can exceed 100.",
           "", ceil_line, "", C.md_table(headers, rows), "",
+          f"Launch overhead the graph removes (eager minus graph, {nl} layers = {2 * nl} launches):",
+          "", C.md_table(["context", "variant", f"eager ms/{nl}", f"graph ms/{nl}", "overhead ms",
+                          "us per launch"],
+                         [[str(o["context"]), o["variant"], C.fmt(o["eager_ms_all"], ".4g"),
+                           C.fmt(o["graph_ms_all"], ".4g"), C.fmt(o["overhead_ms_all"], ".3g"),
+                           C.fmt(o["overhead_us_per_launch"], ".3g")]
+                          for o in record["launch_overhead"]]), "",
           f"Accuracy at context {acc.get('context')} (layer 0) vs the FP64 oracle:", "",
           C.md_table(acc_headers, acc_rows), ""]
     if record["notes"]:

@@ -162,8 +162,15 @@ def roofline(cm, ms, ceil):
 # --------------------------------------------------------------------------- callers
 
 def variant_caller(prefill, inputs, variant, stream, holder, out_dtype=None):
-    """fn() that runs one gdn_prefill call; keeps the last (o, state) in ``holder``."""
-    params = inspect.signature(prefill).parameters
+    """``(fn, kwargs, mode)``: fn() runs one GDN prefill of ``variant`` on ``stream``;
+    ``holder["get"]()`` then returns its ``(o, final_state)``.
+
+    With ``dflash2_numba.plan_gdn`` the call is validated and bound once here and fn() is
+    ``GdnCall.launch`` (kernels only, no checks, transfers or allocations); without it
+    fn() is a whole ``gdn_prefill`` call."""
+    planner = getattr(d2, "plan_gdn", None)
+    target = planner if planner is not None else prefill
+    params = inspect.signature(target).parameters
     has_var_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
     kw = dict(use_qk_l2norm=True, variant=variant, output_final_state=True)
     optional = {"check_values": False, "stream": stream}
@@ -173,11 +180,20 @@ def variant_caller(prefill, inputs, variant, stream, holder, out_dtype=None):
         if name in params or has_var_kw:
             kw[name] = val
     q, k, v, g, beta = (inputs[n] for n in ("q", "k", "v", "g", "beta"))
+    if planner is not None:
+        call = planner(q, k, v, g, beta, **kw)
+
+        def fn():
+            call.launch(stream)
+
+        holder["get"] = call.results
+        return fn, sorted(kw), "plan_gdn(...).launch (kernels only)"
 
     def fn():
-        holder["res"] = prefill(q, k, v, g, beta, **kw)
+        res = prefill(q, k, v, g, beta, **kw)
+        holder["get"] = lambda: res
 
-    return fn, sorted(kw)
+    return fn, sorted(kw), "gdn_prefill call (host checks and transfers included)"
 
 
 def fla_caller(torch, fla_fn, inputs, cfg, holder):
@@ -225,6 +241,10 @@ def fla_caller(torch, fla_fn, inputs, cfg, holder):
             o, st = holder["res"][0], holder["res"][1]
             if tuple(o.shape) != tuple(v.shape):
                 raise ValueError(f"output shape {tuple(o.shape)} != v shape {tuple(v.shape)}")
+            want = (cfg["B"], cfg["HV"], cfg["K"], cfg["V"])
+            if st is None or tuple(st.shape) != want:
+                raise ValueError(f"final state shape {None if st is None else tuple(st.shape)}"
+                                 f" != {want}")
             desc = (f"q/k {'expanded to HV heads' if expand else 'H heads (GVA in fla)'}, "
                     f"beta {beta_dt}, {'l2norm in torch before the call' if prenorm else 'use_qk_l2norm_in_kernel=True'}")
             return fn, desc
@@ -328,10 +348,10 @@ def main(argv=None) -> int:
         items, labels, holders = {}, {}, {}
         for v in variants:
             holder = {}
-            fn, kws = variant_caller(prefill, inputs, v, clock.stream, holder)
-            call_kwargs[v] = kws
             t0 = time.perf_counter()
             try:
+                fn, kws, mode = variant_caller(prefill, inputs, v, clock.stream, holder)
+                call_kwargs[v] = {"kwargs": kws, "timed": mode}
                 if not C.SIMULATOR:     # warm-up (compiles); on the simulator the trials suffice
                     fn()
                     clock.sync()
@@ -380,7 +400,10 @@ def main(argv=None) -> int:
                 impl, kind, reps = labels[key]
                 st = C.stats(ts)
                 ms = st["median_ms"]
-                row = {"length": T, "impl": impl, "kind": kind, "reps_per_trial": reps,
+                timed = (call_kwargs.get(key, {}).get("timed") if kind == "variant"
+                         else "chunk_gated_delta_rule call")
+                row = {"length": T, "impl": impl, "kind": kind, "timed": timed,
+                       "reps_per_trial": reps,
                        "ms": ms, "min_ms": st["min_ms"], "max_ms": st["max_ms"],
                        "trials": st["trials"], "trials_ms": st["trials_ms"]}
                 row.update(roofline(cm, ms, ceilings))
@@ -450,20 +473,21 @@ def accuracy_at(cfg, T, inputs, prefill, variants, holders, torch, clock, accura
     for v in variants:
         r = {"kind": "variant"}
         try:
-            res = holders.get(v, {}).get("res")
-            if res is None:        # not timed here: one call now
+            get = holders.get(v, {}).get("get")
+            if get is None:        # not timed here: one call now
                 h = {}
-                fn, _ = variant_caller(prefill, inputs, v, clock.stream, h)
+                fn, _, _ = variant_caller(prefill, inputs, v, clock.stream, h)
                 fn()
-                res = h["res"]
+                get = h["get"]
             clock.sync()
-            compare(res, "fp16", r)
+            compare(get(), "fp16", r)
             if "out_dtype" in inspect.signature(prefill).parameters:
                 h = {}
-                fn, _ = variant_caller(prefill, inputs, v, clock.stream, h, out_dtype="float32")
+                fn, _, _ = variant_caller(prefill, inputs, v, clock.stream, h,
+                                          out_dtype="float32")
                 fn()
                 clock.sync()
-                compare(h["res"], "fp32", r)
+                compare(h["get"](), "fp32", r)
         except Exception as exc:  # noqa: BLE001
             r["error"] = f"{type(exc).__name__}: {exc}"
         rows[v] = r
@@ -509,6 +533,8 @@ def finish(record, out_dir: Path, cfg) -> None:
           f"order rotated per round. Floor: {FLOP_PER_TOKEN_HEAD / 1e3:.0f} kFLOP per token per "
           f"value head.",
           "", ceil_line, "",
+          "Timed: " + "; ".join(sorted({f"{r['impl']}: {r.get('timed')}" for r in results})),
+          "",
           f"Peer: fla chunk_gated_delta_rule: "
           f"{'available (' + str(peer.get('layout')) + ')' if peer.get('available') else 'not run: ' + str(peer.get('error'))}",
           "", C.md_table(headers, rows), "",

@@ -29,4 +29,6 @@ from .workspace import AttentionWorkspace  # noqa: E402
 
 __all__ += ["AttentionPlan", "AttentionResult", "plan_attention", "verify_attention",
             "AttentionWorkspace"]
-from .gdn import gdn_prefill  # noqa: E402,F401
+from .gdn import GdnCall, gdn_prefill, plan_gdn  # noqa: E402
+
+__all__ += ["GdnCall", "gdn_prefill", "plan_gdn"]

@@ -60,6 +60,7 @@ class Variant:
     run: Callable        # family-specific launcher: run(plan, stream)
     supports: Callable = field(default=lambda plan: None)  # raises UnsupportedShape
     bitwise_reference: Optional[str] = None  # the frozen variant it must match byte for byte
+    prepare: Optional[Callable] = None        # prepare(plan, stream): allocate scratch at plan time
 
     def describe(self) -> Dict[str, str]:
         return {"description": self.description, "contract": self.contract,

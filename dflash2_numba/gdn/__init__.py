@@ -6,6 +6,6 @@ and registers itself as a ``gdn`` variant; :mod:`.emulate` is the same operation
 numpy (bit-exact on the simulator).
 """
 from . import chunked, serial  # noqa: F401  (register the variants)
-from .api import gdn_prefill
+from .api import GdnCall, gdn_prefill, plan_gdn
 
-__all__ = ["gdn_prefill"]
+__all__ = ["GdnCall", "gdn_prefill", "plan_gdn"]

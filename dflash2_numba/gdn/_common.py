@@ -120,6 +120,7 @@ class GdnPlan:
     out_dtype: np.dtype
     max_ctas: int = 0         # chunked: persistent grid size cap (0 = from the device)
     threads: int = 0          # chunked: threads per CTA (0 = default)
+    scratch: Any = None       # per-CTA global scratch, allocated by the variant's prepare()
 
 
 def default_max_ctas() -> int:

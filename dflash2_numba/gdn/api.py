@@ -92,11 +92,57 @@ def _work_table(seqs: np.ndarray, HV: int, V: int) -> np.ndarray:
     return np.stack([n, hv, c0], axis=1).astype(np.int32)
 
 
+class GdnCall:
+    """A validated, device-bound gdn_prefill call: :meth:`launch` only launches kernels
+    (no checks, transfers or allocations), so it can be captured in a CUDA graph;
+    :meth:`results` returns ``(o, final_state)`` in the caller's kind of array."""
+
+    def __init__(self, plan, variant, stream, kind, d_o, final, dcache, sca, idx_host, state_cache):
+        self.plan, self.variant, self.stream, self.kind = plan, variant, stream, kind
+        self._d_o, self._final, self._dcache = d_o, final, dcache
+        self._sca, self._idx_host, self._state_cache = sca, idx_host, state_cache
+
+    def launch(self, stream=None) -> None:
+        self.variant.run(self.plan, self.stream if stream is None else resolve_stream(stream))
+
+    def results(self):
+        st, kind, sca = self.stream, self.kind, self._sca
+        o_out = result_like(kind, self._d_o, stream=st)
+        if sca is not None:
+            if sca.kind == KIND_NUMPY:
+                host = self._dcache.copy_to_host(stream=st)
+                if st != 0:
+                    st.synchronize()
+                sca.obj[self._idx_host] = host[self._idx_host]
+            state_out = self._state_cache
+        elif self._final is not None:
+            state_out = result_like(kind, self._final, stream=st)
+        else:
+            state_out = None
+        if kind == KIND_NUMPY and st != 0:
+            st.synchronize()
+        return o_out, state_out
+
+
 def gdn_prefill(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
                 use_qk_l2norm=True, variant="chunked", output_final_state=True,
                 state_cache=None, state_indices=None, out_dtype=None, check_values=True,
                 stream=None, _max_ctas: int = 0, _threads: int = 0):
-    """Gated delta rule prefill (contract B): ``(o, final_state)``.
+    """Gated delta rule prefill (contract B): ``(o, final_state)``; see :func:`plan_gdn`."""
+    call = plan_gdn(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                    cu_seqlens=cu_seqlens, use_qk_l2norm=use_qk_l2norm, variant=variant,
+                    output_final_state=output_final_state, state_cache=state_cache,
+                    state_indices=state_indices, out_dtype=out_dtype, check_values=check_values,
+                    stream=stream, _max_ctas=_max_ctas, _threads=_threads)
+    call.launch()
+    return call.results()
+
+
+def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
+             use_qk_l2norm=True, variant="chunked", output_final_state=True,
+             state_cache=None, state_indices=None, out_dtype=None, check_values=True,
+             stream=None, _max_ctas: int = 0, _threads: int = 0) -> GdnCall:
+    """Gated delta rule prefill (contract B), validated and bound: a :class:`GdnCall`.
 
     Arguments
         q, k: float16 or float32 ``[B, T, H, K]``; v: the same dtype, ``[B, T, HV, V]`` with
@@ -121,8 +167,8 @@ def gdn_prefill(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=
         check_values: check g (finite, <= 0) and beta (finite) on the host first.
         stream: numba / torch / cupy stream or raw handle (default stream if None).
 
-    Returns ``(o [B, T, HV, V], final_state float32 [N, HV, K, V] or None)`` in the kind of
-    array ``q`` came as (numpy in, numpy out; device arrays zero-copy).
+    ``gdn_prefill`` returns ``(o [B, T, HV, V], final_state float32 [N, HV, K, V] or None)``
+    in the kind of array ``q`` came as (numpy in, numpy out; device arrays zero-copy).
     """
     # ---- array kinds, dtypes, shapes
     qa = as_array_arg(q, "q")
@@ -230,7 +276,7 @@ def gdn_prefill(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=
     dq, dk, dv = _to_device(qa, st), _to_device(ka, st), _to_device(va, st)
     dg, dbeta = _to_device(ga, st), _to_device(ba, st)
     d_o = cuda.device_array((B, T, HV, V), dtype=odt, stream=st)
-    final = None
+    final = dcache = None
     if sca is not None:
         dcache = _to_device(sca, st)
         h0 = hT = dcache
@@ -254,22 +300,6 @@ def gdn_prefill(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=
                    cuda.to_device(seqs, stream=st), cuda.to_device(work, stream=st),
                    work.shape[0], scale32, np.int32(l2), B, T, H, HV, K, V, N,
                    np.dtype(qa.dtype), odt, max_ctas=int(_max_ctas), threads=int(_threads))
-    var.run(plan, st)
-
-    # ---- results in the caller's kind
-    kind = qa.kind
-    o_out = result_like(kind, d_o, stream=st)
-    if sca is not None:
-        if sca.kind == KIND_NUMPY:
-            host = dcache.copy_to_host(stream=st)
-            if st != 0:
-                st.synchronize()
-            sca.obj[idx_host] = host[idx_host]
-        state_out = state_cache
-    elif final is not None:
-        state_out = result_like(kind, final, stream=st)
-    else:
-        state_out = None
-    if kind == KIND_NUMPY and st != 0:
-        st.synchronize()
-    return o_out, state_out
+    if var.prepare is not None:
+        var.prepare(plan, st)
+    return GdnCall(plan, var, st, qa.kind, d_o, final, dcache, sca, idx_host, state_cache)

@@ -261,17 +261,28 @@ def gdn_chunked_kernel(q, k, v, g, beta, o, h0, h0_idx, hT, hT_idx, seqs, work, 
 _kernel = cuda.jit(gdn_chunked_kernel)
 
 
+def _grid(plan: GdnPlan) -> int:
+    cap = plan.max_ctas or default_max_ctas()
+    return max(1, min(plan.n_items, cap))
+
+
+def prepare(plan: GdnPlan, stream) -> None:
+    """Allocate the per-CTA scratch once, at plan time (launches then allocate nothing,
+    so they can be captured in a CUDA graph)."""
+    plan.scratch = cuda.device_array((_grid(plan), scratch_floats(plan.K)), dtype=np.float32,
+                                     stream=stream)
+
+
 def run(plan: GdnPlan, stream) -> None:
     if plan.n_items == 0:
         return
-    cap = plan.max_ctas or default_max_ctas()
-    grid = max(1, min(plan.n_items, cap))
+    if plan.scratch is None:
+        prepare(plan, stream)
     threads = plan.threads or THREADS
-    scratch = cuda.device_array((grid, scratch_floats(plan.K)), dtype=np.float32, stream=stream)
-    _registry.launch(KERNEL_NAME, _kernel, grid, threads, stream,
+    _registry.launch(KERNEL_NAME, _kernel, _grid(plan), threads, stream,
                      plan.q, plan.k, plan.v, plan.g, plan.beta, plan.o,
                      plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, plan.work,
-                     scratch, plan.scale, plan.use_l2)
+                     plan.scratch, plan.scale, plan.use_l2)
 
 
 def supports(plan: GdnPlan) -> None:
@@ -289,4 +300,5 @@ VARIANT = _registry.register(_registry.Variant(
     kernels=(_registry.KernelSpec(KERNEL_NAME, gdn_chunked_kernel, kernel_signatures(True)),),
     run=run,
     supports=supports,
+    prepare=prepare,
 ))

@@ -1,0 +1,209 @@
+"""Device helpers for the register-tiled attention variant (``tiled.py``).
+
+On a GPU each is a numba intrinsic emitting a handful of LLVM operations:
+  * ``ld1(a, i)`` / ``st1(a, i, x)``: one float32 element of a 1-D C-contiguous (shared)
+    array, with no negative-index wraparound (so constant offsets fold into addresses);
+  * ``lds4(a, i)`` / ``sts4(a, i, x0, x1, x2, x3)``: one 16-byte load / store of
+    ``a[i..i+3]`` (``ld.shared.v4.f32`` / ``st.shared.v4.f32``; ``i`` a multiple of 4,
+    the array 16-byte aligned);
+  * ``ldg4(a, i0, i1, i2, i3)``: one 16-byte load of ``a[i0, i1, i2, i3..i3+3]`` from a
+    4-D uint32 array (the caller guarantees 16-byte alignment);
+  * ``e4m3x4(w)``: the four E4M3FN bytes of a uint32 word (byte 0 first) as float32 values
+    times 2^-120, exactly: the byte's 7 magnitude bits placed at float32 bits 20..26 and its
+    sign at bit 31 ARE that value (a float32 subnormal when the E4M3 exponent is 0);
+    0x7F / 0xFF become the decode table's NaN (0x7FC00000 with the sign). 32-bit integer
+    operations only, no rounding anywhere.
+Under the CUDA simulator they are plain Python with the same results, so the kernel
+source runs unchanged on both.  :func:`decode_ir` builds ``e4m3x4``'s IR and is shared
+with a CPU check in the tests.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from .._compat import SIMULATOR
+
+_I32 = ir.IntType(32)
+
+
+def _c(v):
+    return ir.Constant(_I32, v)
+
+
+def decode_ir(builder, w):
+    """IR for :func:`e4m3x4` on the i32 value ``w``; returns four float IR values."""
+    nanflag = builder.and_(builder.add(builder.and_(w, _c(0x7F7F7F7F)), _c(0x01010101)),
+                           _c(0x80808080 - (1 << 32)))
+    parts = []
+    for k in range(4):
+        t = builder.shl(w, _c(24 - 8 * k)) if k < 3 else w
+        mag = builder.and_(builder.lshr(t, _c(4)), _c(0x07F00000))
+        sgn = builder.and_(t, _c(-(1 << 31)))
+        parts.append((t, sgn, builder.or_(mag, sgn)))
+    anynan = builder.icmp_unsigned("!=", nanflag, _c(0))
+    bb_from = builder.block
+    bb_fix = builder.append_basic_block("e4m3_nan")
+    bb_end = builder.append_basic_block("e4m3_done")
+    builder.cbranch(anynan, bb_fix, bb_end)
+    builder.position_at_end(bb_fix)
+    fixed = []
+    for t, sgn, bits in parts:
+        isnan = builder.icmp_unsigned("==", builder.and_(t, _c(0x7F000000)), _c(0x7F000000))
+        fixed.append(builder.select(isnan, builder.or_(sgn, _c(0x7FC00000)), bits))
+    bb_fix_end = builder.block
+    builder.branch(bb_end)
+    builder.position_at_end(bb_end)
+    phis = []
+    for (t, sgn, bits), fx in zip(parts, fixed):
+        phi = builder.phi(_I32)
+        phi.add_incoming(bits, bb_from)
+        phi.add_incoming(fx, bb_fix_end)
+        phis.append(phi)
+    return [builder.bitcast(phi, ir.FloatType()) for phi in phis]
+
+
+def e4m3x4_py(w):
+    """Reference (and simulator) rendering of :func:`e4m3x4`."""
+    w = int(w) & 0xFFFFFFFF
+    out = []
+    for k in range(4):
+        t = (w << (24 - 8 * k)) & 0xFFFFFFFF
+        sgn = t & 0x80000000
+        bits = ((t >> 4) & 0x07F00000) | sgn
+        if (t & 0x7F000000) == 0x7F000000:
+            bits = sgn | 0x7FC00000
+        out.append(np.uint32(bits).view(np.float32))
+    return out[0], out[1], out[2], out[3]
+
+
+if SIMULATOR:
+    SHARED_ALIGN = None          # the simulator refuses an explicit alignment
+
+    def ld1(a, i):
+        return a[i]
+
+    def st1(a, i, x):
+        a[i] = x
+
+    def lds4(a, i):
+        return a[i], a[i + 1], a[i + 2], a[i + 3]
+
+    def sts4(a, i, x0, x1, x2, x3):
+        a[i] = x0
+        a[i + 1] = x1
+        a[i + 2] = x2
+        a[i + 3] = x3
+
+    def ldg4(a, i0, i1, i2, i3):
+        return a[i0, i1, i2, i3], a[i0, i1, i2, i3 + 1], a[i0, i1, i2, i3 + 2], a[i0, i1, i2, i3 + 3]
+
+    e4m3x4 = e4m3x4_py
+
+else:
+    from numba.cuda import cgutils
+    from numba.cuda import types as ntypes
+    from numba.cuda.extending import intrinsic
+    from numba.cuda.typing import signature
+
+    SHARED_ALIGN = 16
+
+    def _ptr(context, builder, aryty, ary_val, inds):
+        ary = context.make_array(aryty)(context, builder, ary_val)
+        return cgutils.get_item_pointer(context, builder, aryty, ary, inds, wraparound=False)
+
+    def _intp(context, builder, val, ty):
+        return context.cast(builder, val, ty, ntypes.intp)
+
+    def _f32_1d(a, i):
+        return (isinstance(a, ntypes.Array) and a.ndim == 1 and a.dtype == ntypes.float32
+                and isinstance(i, ntypes.Integer))
+
+    @intrinsic
+    def ld1(typingctx, a, i):
+        if not _f32_1d(a, i):
+            return None
+        sig = signature(ntypes.float32, a, i)
+
+        def codegen(context, builder, sig, args):
+            p = _ptr(context, builder, sig.args[0], args[0],
+                     [_intp(context, builder, args[1], sig.args[1])])
+            return builder.load(p, align=4)
+
+        return sig, codegen
+
+    @intrinsic
+    def st1(typingctx, a, i, x):
+        if not _f32_1d(a, i):
+            return None
+        sig = signature(ntypes.none, a, i, ntypes.float32)
+
+        def codegen(context, builder, sig, args):
+            p = _ptr(context, builder, sig.args[0], args[0],
+                     [_intp(context, builder, args[1], sig.args[1])])
+            builder.store(args[2], p, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def lds4(typingctx, a, i):
+        if not _f32_1d(a, i):
+            return None
+        sig = signature(ntypes.UniTuple(ntypes.float32, 4), a, i)
+
+        def codegen(context, builder, sig, args):
+            p = _ptr(context, builder, sig.args[0], args[0],
+                     [_intp(context, builder, args[1], sig.args[1])])
+            vt = ir.VectorType(ir.FloatType(), 4)
+            v = builder.load(builder.bitcast(p, vt.as_pointer(p.type.addrspace)), align=16)
+            vals = [builder.extract_element(v, _c(k)) for k in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    @intrinsic
+    def sts4(typingctx, a, i, x0, x1, x2, x3):
+        if not _f32_1d(a, i):
+            return None
+        sig = signature(ntypes.none, a, i, ntypes.float32, ntypes.float32, ntypes.float32,
+                        ntypes.float32)
+
+        def codegen(context, builder, sig, args):
+            p = _ptr(context, builder, sig.args[0], args[0],
+                     [_intp(context, builder, args[1], sig.args[1])])
+            vt = ir.VectorType(ir.FloatType(), 4)
+            v = ir.Constant(vt, ir.Undefined)
+            for k in range(4):
+                v = builder.insert_element(v, args[2 + k], _c(k))
+            builder.store(v, builder.bitcast(p, vt.as_pointer(p.type.addrspace)), align=16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def ldg4(typingctx, a, i0, i1, i2, i3):
+        if not (isinstance(a, ntypes.Array) and a.ndim == 4 and a.dtype == ntypes.uint32):
+            return None
+        sig = signature(ntypes.UniTuple(ntypes.uint32, 4), a, i0, i1, i2, i3)
+
+        def codegen(context, builder, sig, args):
+            inds = [_intp(context, builder, args[1 + k], sig.args[1 + k]) for k in range(4)]
+            p = _ptr(context, builder, sig.args[0], args[0], inds)
+            vt = ir.VectorType(_I32, 4)
+            v = builder.load(builder.bitcast(p, vt.as_pointer(p.type.addrspace)), align=16)
+            vals = [builder.extract_element(v, _c(k)) for k in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    @intrinsic
+    def e4m3x4(typingctx, w):
+        if not (isinstance(w, ntypes.Integer) and w.bitwidth == 32):
+            return None
+        sig = signature(ntypes.UniTuple(ntypes.float32, 4), w)
+
+        def codegen(context, builder, sig, args):
+            return context.make_tuple(builder, sig.return_type, decode_ir(builder, args[0]))
+
+        return sig, codegen

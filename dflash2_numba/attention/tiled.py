@@ -1,0 +1,497 @@
+"""Register-tiled q8 verification attention ("tiled"): frozen's arithmetic, rescheduled.
+
+Keeps: contract A bit for bit -- every FP32 value the contract defines (scores, tile
+maxima, probabilities and their FP16 hi/lo split, the pairwise tile sum, (m, l), the PV
+accumulator T and the numerator O, the workspace and the output) is produced by the same
+sequence of roundings as ``frozen.py``. The combine kernel is frozen's, unchanged.
+
+What changes (the schedule only; all parallelism is across independent scalars):
+  * One CTA of 128 threads per (split, request, KV head, group of 16 query rows), where
+    the rows of a KV head are its G query heads x Q tokens (production: 48 rows -> three
+    CTAs per split, 240 CTAs instead of frozen's 480, each decoding K/V for 16 rows).
+  * K/V bytes are loaded 16 bytes at a time (when the caches' strides allow; a byte path
+    otherwise) one tile ahead, and decoded ONCE per CTA into shared memory by integer bit
+    moves: the E4M3 bits placed in a float32 give the value times 2^-120 exactly
+    (subnormals included, NaN patched to the table's NaN).  The power-of-two factors are
+    folded into the other multiplicand, which keeps each exact product unchanged:
+    K is stored as value * 2^-112 with q * 2^112 (never overflows: |q| <= 65504), and V as
+    value * 2^-120 with hi * 2^120 and lo * 2^-11 * 2^120.
+  * Scores: each thread owns 8 rows x 4 keys of one K16 slice (two slices in turn), keeps
+    the 32 slice sums u in registers (16 fused steps each, ascending i) and parks them in
+    shared memory; the Kahan step over the 16 (D/16) slices runs in ascending slice order
+    per (row, key) in a second role (thread = one row x 4 keys).
+  * The tile max is frozen's sequential max (same select, same order); probabilities,
+    hi/lo, the pairwise tree and the (m, l, alpha) update are frozen's expressions; the
+    first two tree levels run inside a thread (it owns keys c, c+8, c+16, c+24), the last
+    three from shared memory.
+  * PV: each thread owns 8 rows x 4 columns (32 accumulators T and 32 numerators O in
+    registers); T runs hi_j*V then lo_j*Vr over j = 0..15, then j = 16..31, exactly
+    frozen's order; the 16 V values of a half are kept in registers for the lo pass.
+    O = fma(O, alpha, T) is applied at the start of the next tile (or after the last).
+  * 4 block barriers per 32-key tile; shared memory is dynamic (about 99 KB at D = 256).
+"""
+from __future__ import annotations
+
+import linecache
+import math
+
+import numpy as np
+from numba import types
+
+from .._compat import SIMULATOR, cuda
+from .._registry import KernelSpec, UnsupportedShape, Variant, launch, register
+from ..contract import EXP_CLAMP, MAX_GROUP, MAX_Q, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
+from . import frozen
+from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count
+from ._tiled_ops import SHARED_ALIGN, e4m3x4, ld1, ldg4, lds4, st1, sts4
+
+NT = 128                 # threads per CTA
+RC = 16                  # query rows per CTA
+F32_ZERO = np.float32(0.0)
+F32_ONE = np.float32(1.0)
+Q_SCALE = np.float32(2.0 ** 112)     # q * 2^112 against K * 2^-112
+K_SCALE = np.float32(256.0)          # (K * 2^-120) * 2^8 = K * 2^-112
+HI_SCALE = np.float32(2.0 ** 120)    # hi * 2^120 against V * 2^-120
+LO_SCALE = np.float32(2.0 ** 109)    # lo * 2^-11 * 2^120
+U0 = np.uint32(0)
+
+
+def _smem_layout(D):
+    """Offsets (in float32 elements) into the dynamic shared buffer; all multiples of 4."""
+    NSL = D // 16
+    L = {}
+    L["QS_SL"] = 16 * RC + 4                 # q * 2^112 [slice][ii][row]
+    L["QS"] = 0
+    L["KS_SL"] = 16 * TILE_KEYS + 4          # K * 2^-112 [slice][ii][key]
+    L["KS"] = L["QS"] + NSL * L["QS_SL"]
+    L["U_RS"] = 40                           # u [slice][row][key]; rows >= 8 shifted by 16
+    L["U_SL"] = RC * L["U_RS"] + 16
+    L["UV"] = L["KS"] + NSL * L["KS_SL"]     # u, then V * 2^-120 [key][d] (same space)
+    uv = max(NSL * L["U_SL"], TILE_KEYS * D)
+    L["HS"] = L["UV"] + uv                   # hi * 2^120 [key][row]
+    L["LS"] = L["HS"] + TILE_KEYS * RC       # lo * 2^109 [key][row]
+    L["XS"] = L["LS"] + TILE_KEYS * RC       # x [row][key], row stride 36
+    L["T2"] = L["XS"] + RC * 36              # pairwise-tree level 2 [row][8]
+    L["AS"] = L["T2"] + RC * 8               # alpha [tile parity][row]
+    L["LF"] = L["AS"] + 2 * RC               # l [row]
+    L["TOTAL"] = L["LF"] + RC
+    for k, v in L.items():
+        assert v % 4 == 0, (k, v)
+    return L
+
+
+@cuda.jit(device=True, inline="always")
+def _load_chunk_vec(cache, page, slot, hk, lc):
+    return ldg4(cache, page, slot, hk, 4 * lc)
+
+
+@cuda.jit(device=True, inline="always")
+def _load_chunk_bytes(cache, page, slot, hk, lc):
+    base = 16 * lc
+    w0 = np.uint32(cache[page, slot, hk, base]) | (np.uint32(cache[page, slot, hk, base + 1]) << np.uint32(8)) \
+        | (np.uint32(cache[page, slot, hk, base + 2]) << np.uint32(16)) \
+        | (np.uint32(cache[page, slot, hk, base + 3]) << np.uint32(24))
+    w1 = np.uint32(cache[page, slot, hk, base + 4]) | (np.uint32(cache[page, slot, hk, base + 5]) << np.uint32(8)) \
+        | (np.uint32(cache[page, slot, hk, base + 6]) << np.uint32(16)) \
+        | (np.uint32(cache[page, slot, hk, base + 7]) << np.uint32(24))
+    w2 = np.uint32(cache[page, slot, hk, base + 8]) | (np.uint32(cache[page, slot, hk, base + 9]) << np.uint32(8)) \
+        | (np.uint32(cache[page, slot, hk, base + 10]) << np.uint32(16)) \
+        | (np.uint32(cache[page, slot, hk, base + 11]) << np.uint32(24))
+    w3 = np.uint32(cache[page, slot, hk, base + 12]) | (np.uint32(cache[page, slot, hk, base + 13]) << np.uint32(8)) \
+        | (np.uint32(cache[page, slot, hk, base + 14]) << np.uint32(16)) \
+        | (np.uint32(cache[page, slot, hk, base + 15]) << np.uint32(24))
+    return np.uint32(w0), np.uint32(w1), np.uint32(w2), np.uint32(w3)
+
+
+def _source(D):
+    """Python source of the split kernel for head dim D, every register loop unrolled
+    (scalar names instead of arrays, so nothing can land in local memory)."""
+    NSL = D // 16
+    NPASS = (NSL + 7) // 8
+    CPK = D // 16                    # 16-byte chunks per key row
+    NCH = (TILE_KEYS * CPK) // NT    # chunks per thread per tile (D / 64)
+    KSTEP = NT // CPK                # tile-key step between a thread's chunks
+    CGN = D // 4                     # PV column groups
+    L = _smem_layout(D)
+    QS, QS_SL, KS, KS_SL = L["QS"], L["QS_SL"], L["KS"], L["KS_SL"]
+    UV, U_RS, U_SL = L["UV"], L["U_RS"], L["U_SL"]
+    HS, LS, XS, T2, AS, LF = L["HS"], L["LS"], L["XS"], L["T2"], L["AS"], L["LF"]
+    R8, C4 = range(8), range(4)
+    out = []
+
+    def e(ind, text):
+        out.append("    " * ind + text)
+
+    def chunk_page(ind, n, jexpr):
+        e(ind, f"page{n} = -1")
+        e(ind, f"if {jexpr} < T and pcol{n} < W:")
+        e(ind + 1, f"page{n} = block_table[b, pcol{n}]")
+        e(ind + 1, f"if page{n} >= num_pages:")
+        e(ind + 2, f"page{n} = -1")
+
+    def load_words(ind, prefix, n, cache, page, slot):
+        e(ind, f"{prefix}{n}_0 = U0")
+        e(ind, f"{prefix}{n}_1 = U0")
+        e(ind, f"{prefix}{n}_2 = U0")
+        e(ind, f"{prefix}{n}_3 = U0")
+        e(ind, f"if {page} >= 0:")
+        e(ind + 1, f"{prefix}{n}_0, {prefix}{n}_1, {prefix}{n}_2, {prefix}{n}_3 = "
+                   f"load_chunk({cache}, {page}, {slot}, hk, lc)")
+
+    def decode_k(ind, n):
+        for mm in C4:
+            e(ind, f"a0, a1, a2, a3 = e4m3x4(kw{n}_{mm})")
+            base = f"{KS} + lc * {KS_SL} + {4 * mm * TILE_KEYS} + lk0 + {KSTEP * n}"
+            for k in C4:
+                e(ind, f"st1(sm, {base} + {k * TILE_KEYS}, a{k} * K_SCALE)")
+
+    e(0, "def split_kernel(q, k_cache, v_cache, block_table, seq_lens, row_lengths, use_rows,")
+    e(0, "                 page_size, splits, qk_scale, v_scale, partial, lse):")
+    for line in [
+        "s = cuda.blockIdx.x", "bh = cuda.blockIdx.y", "rg = cuda.blockIdx.z", "tid = cuda.threadIdx.x",
+        "Q = q.shape[1]", "Hq = q.shape[2]", "num_pages = k_cache.shape[0]", "Hkv = k_cache.shape[2]",
+        "W = block_table.shape[1]", "G = Hq // Hkv", "GQ = G * Q", "b = bh // Hkv", "hk = bh - b * Hkv",
+        "T = request_keys(seq_lens, row_lengths, use_rows, b, Q)",
+        "A = active_split_count(T, splits)",
+        "if s >= A:", "    return",
+        "first = split_first_tile(T, A, s)",
+        "last = first + split_tile_count(T, A, s) - 1",
+        "sm = cuda.shared.array(0, np.float32, SHARED_ALIGN)",
+        "lane = tid & 31", "warp = tid >> 5",
+        "kg = (lane & 1) | (((lane >> 2) & 3) << 1)     # score role: keys 4kg..4kg+3",
+        "srg = (lane >> 1) & 1                           # rows 8srg..8srg+7",
+        "sb = lane >> 4                                  # slice parity",
+        "r = tid >> 3                                    # softmax role: row r,",
+        "kq = tid & 7                                    # keys kq + 8m",
+        f"prg = tid // {CGN}                            # PV role: rows 8prg..8prg+7,",
+        f"pcg = tid - prg * {CGN}                       # columns 4pcg..4pcg+3",
+        f"lk0 = tid // {CPK}                            # load role: keys lk0 + {KSTEP}n,",
+        f"lc = tid - lk0 * {CPK}                        # 16-byte column lc",
+    ]:
+        e(1, line)
+    e(1, "# ---- q * 2^112 into shared memory (rows past G*Q: zeros) ----")
+    e(1, f"for idx in range(tid, {RC * D}, {NT}):")
+    e(2, f"rr = idx // {D}")
+    e(2, f"i = idx - rr * {D}")
+    e(2, "gr = rg * 16 + rr")
+    e(2, "val = F32_ZERO")
+    e(2, "if gr < GQ:")
+    e(3, "g = gr // Q")
+    e(3, "val = np.float32(q[b, gr - g * Q, hk * G + g, i]) * Q_SCALE")
+    e(2, f"st1(sm, {QS} + (i >> 4) * {QS_SL} + (i & 15) * {RC} + rr, val)")
+    e(1, "gr_s = rg * 16 + r")
+    e(1, "my_len = 0")
+    e(1, "if gr_s < GQ:")
+    e(2, "g_s = gr_s // Q")
+    e(2, "my_len = row_length(seq_lens, row_lengths, use_rows, b, gr_s - g_s * Q, Q)")
+    e(1, "m_run = NEG_INF")
+    e(1, "l_run = F32_ZERO")
+    e(1, "# ---- the first tile: chunk pages, K loads and decode ----")
+    for n in range(NCH):
+        e(1, f"j = first * {TILE_KEYS} + lk0 + {KSTEP * n}")
+        e(1, f"pcol{n} = j // page_size")
+        e(1, f"pslot{n} = j - pcol{n} * page_size")
+        chunk_page(1, n, "j")
+        e(1, f"vpage{n} = page{n}")
+        e(1, f"vslot{n} = pslot{n}")
+        load_words(1, "kw", n, "k_cache", f"page{n}", f"pslot{n}")
+    for n in range(NCH):
+        decode_k(1, n)
+    for rr in R8:
+        for cc in C4:
+            e(1, f"o{rr}{cc} = F32_ZERO")
+            e(1, f"t{rr}{cc} = F32_ZERO")
+    e(1, "cuda.syncthreads()")
+
+    e(1, "for tile in range(first, last + 1):")
+    e(2, f"key0 = tile * {TILE_KEYS}")
+    e(2, "# ---- A0: global loads, V of this tile and K of the next ----")
+    for n in range(NCH):
+        load_words(2, "vw", n, "v_cache", f"vpage{n}", f"vslot{n}")
+    e(2, "if tile < last:")
+    for n in range(NCH):
+        e(3, f"pslot{n} += {TILE_KEYS}")
+        e(3, f"while pslot{n} >= page_size:")
+        e(4, f"pslot{n} -= page_size")
+        e(4, f"pcol{n} += 1")
+        chunk_page(3, n, f"key0 + {TILE_KEYS} + lk0 + {KSTEP * n}")
+        e(3, f"vpage{n} = page{n}")
+        e(3, f"vslot{n} = pslot{n}")
+        load_words(3, "kw", n, "k_cache", f"page{n}", f"pslot{n}")
+
+    e(2, "# ---- A: K16 slice sums u for 8 rows x 4 keys, ascending i ----")
+    e(2, f"for ps in range({NPASS}):")
+    e(3, "sl = ps * 8 + 2 * warp + sb")
+    e(3, f"if sl < {NSL}:")
+    for rr in R8:
+        e(4, "; ".join(f"u{rr}{cc} = F32_ZERO" for cc in C4))
+    e(4, f"qb = {QS} + sl * {QS_SL} + 8 * srg")
+    e(4, f"kb = {KS} + sl * {KS_SL} + 4 * kg")
+    for ii in range(16):
+        e(4, f"q0, q1, q2, q3 = lds4(sm, qb + {ii * RC})")
+        e(4, f"q4, q5, q6, q7 = lds4(sm, qb + {ii * RC + 4})")
+        e(4, f"k0, k1, k2, k3 = lds4(sm, kb + {ii * TILE_KEYS})")
+        for rr in R8:
+            for cc in C4:
+                e(4, f"u{rr}{cc} = cuda.fma(q{rr}, k{cc}, u{rr}{cc})")
+    e(4, f"ub = {UV} + sl * {U_SL} + 16 * srg + 4 * kg + 8 * srg * {U_RS}")
+    for rr in R8:
+        e(4, f"sts4(sm, ub + {rr * U_RS}, u{rr}0, u{rr}1, u{rr}2, u{rr}3)")
+    e(2, "cuda.syncthreads()                               # S1")
+
+    e(2, "# ---- B: Kahan across the slices in ascending order, scale, visibility ----")
+    e(2, f"ubr = {UV} + r * {U_RS} + 16 * (r >> 3) + kq")
+    for m in C4:
+        e(2, f"s{m} = F32_ZERO")
+        e(2, f"c{m} = F32_ZERO")
+    e(2, f"for sl in range({NSL}):")
+    e(3, f"ua = ubr + sl * {U_SL}")
+    for m in C4:
+        e(3, f"y = ld1(sm, ua + {8 * m}) - c{m}")
+        e(3, f"w = s{m} + y")
+        e(3, f"c{m} = (w - s{m}) - y")
+        e(3, f"s{m} = w")
+    for m in C4:
+        e(2, f"x{m} = NEG_INF")
+        e(2, f"if key0 + kq + {8 * m} < my_len:")
+        e(3, f"x{m} = s{m} * qk_scale")
+        e(2, f"st1(sm, {XS} + r * 36 + kq + {8 * m}, x{m})")
+    e(2, "cuda.syncthreads()                               # S2")
+
+    e(2, "# ---- C1: tile max (frozen's sequential order), p, hi/lo, tree levels 1-2 ----")
+    e(2, f"xb = {XS} + r * 36")
+    e(2, "y0, y1, y2, y3 = lds4(sm, xb)")
+    e(2, "tmax = y0")
+    e(2, "tmax = max(tmax, y1)")
+    e(2, "tmax = max(tmax, y2)")
+    e(2, "tmax = max(tmax, y3)")
+    for c4 in range(1, 8):
+        e(2, f"y0, y1, y2, y3 = lds4(sm, xb + {4 * c4})")
+        for k in C4:
+            e(2, f"tmax = max(tmax, y{k})")
+    e(2, "mnew = max(m_run, tmax)")
+    for m in C4:
+        e(2, f"p{m} = F32_ZERO")
+        e(2, f"if key0 + kq + {8 * m} < my_len:")
+        e(3, f"p{m} = np.float32(math.exp(max(x{m} - mnew, EXP_CLAMP)))")
+        e(2, f"hi = np.float32(np.float16(p{m}))")
+        e(2, f"lo = np.float32(np.float16((p{m} - hi) * RESIDUAL_SCALE))")
+        e(2, f"st1(sm, {HS} + (kq + {8 * m}) * {RC} + r, hi * HI_SCALE)")
+        e(2, f"st1(sm, {LS} + (kq + {8 * m}) * {RC} + r, lo * LO_SCALE)")
+    e(2, f"st1(sm, {T2} + r * 8 + kq, (p0 + p2) + (p1 + p3))")
+    e(2, "# decode V of this tile (the u space is free) and K of the next tile")
+    for n in range(NCH):
+        for mm in C4:
+            e(2, f"a0, a1, a2, a3 = e4m3x4(vw{n}_{mm})")
+            e(2, f"sts4(sm, {UV} + (lk0 + {KSTEP * n}) * {D} + 16 * lc + {4 * mm}, a0, a1, a2, a3)")
+    e(2, "if tile < last:")
+    for n in range(NCH):
+        decode_k(3, n)
+    e(2, "cuda.syncthreads()                               # S3")
+
+    e(2, "# ---- C2: tree levels 3-5 and the (m, l) update ----")
+    e(2, f"e0, e1, e2, e3 = lds4(sm, {T2} + r * 8)")
+    e(2, f"e4, e5, e6, e7 = lds4(sm, {T2} + r * 8 + 4)")
+    e(2, "tsum = ((e0 + e4) + (e2 + e6)) + ((e1 + e5) + (e3 + e7))")
+    e(2, "alpha = F32_ONE")
+    e(2, "if tsum > F32_ZERO:")
+    e(3, "alpha = np.float32(math.exp(max(m_run - mnew, EXP_CLAMP)))")
+    e(3, "l_run = cuda.fma(l_run, alpha, tsum)")
+    e(3, "m_run = mnew")
+    e(2, "if kq == 0:")
+    e(3, f"st1(sm, {AS} + (tile & 1) * {RC} + r, alpha)")
+    e(3, f"st1(sm, {LF} + r, l_run)")
+
+    e(2, "# ---- D: PV; first the previous tile's O = fma(O, alpha, T) ----")
+    e(2, "if prg < 2:")
+    e(3, "rb = 8 * prg")
+    e(3, "if tile > first:")
+    e(4, f"ab = {AS} + ((tile - 1) & 1) * {RC} + rb")
+    e(4, "h0, h1, h2, h3 = lds4(sm, ab)")
+    e(4, "h4, h5, h6, h7 = lds4(sm, ab + 4)")
+    for rr in R8:
+        for cc in C4:
+            e(4, f"o{rr}{cc} = cuda.fma(o{rr}{cc}, h{rr}, t{rr}{cc})")
+    for rr in R8:
+        e(3, "; ".join(f"t{rr}{cc} = F32_ZERO" for cc in C4))
+    e(3, f"vb = {UV} + 4 * pcg")
+    e(3, f"hb = {HS} + rb")
+    e(3, f"lb = {LS} + rb")
+    for half in range(2):
+        for jj in range(16):
+            j = 16 * half + jj
+            e(3, f"v{jj}0, v{jj}1, v{jj}2, v{jj}3 = lds4(sm, vb + {j * D})")
+            e(3, f"h0, h1, h2, h3 = lds4(sm, hb + {j * RC})")
+            e(3, f"h4, h5, h6, h7 = lds4(sm, hb + {j * RC + 4})")
+            for rr in R8:
+                for cc in C4:
+                    e(3, f"t{rr}{cc} = cuda.fma(h{rr}, v{jj}{cc}, t{rr}{cc})")
+        for jj in range(16):
+            j = 16 * half + jj
+            e(3, f"h0, h1, h2, h3 = lds4(sm, lb + {j * RC})")
+            e(3, f"h4, h5, h6, h7 = lds4(sm, lb + {j * RC + 4})")
+            for rr in R8:
+                for cc in C4:
+                    e(3, f"t{rr}{cc} = cuda.fma(h{rr}, v{jj}{cc}, t{rr}{cc})")
+    e(2, "cuda.syncthreads()                               # S4")
+
+    e(1, "# ---- the last O update and the split's record ----")
+    e(1, "if prg < 2:")
+    e(2, "rb = 8 * prg")
+    e(2, f"ab = {AS} + (last & 1) * {RC} + rb")
+    e(2, "h0, h1, h2, h3 = lds4(sm, ab)")
+    e(2, "h4, h5, h6, h7 = lds4(sm, ab + 4)")
+    for rr in R8:
+        e(2, f"gr = rg * 16 + rb + {rr}")
+        e(2, "if gr < GQ:")
+        e(3, "g = gr // Q")
+        e(3, "t = gr - g * Q")
+        e(3, "hh = hk * G + g")
+        e(3, f"f = v_scale if ld1(sm, {LF} + rb + {rr}) > F32_ZERO else F32_ZERO")
+        for cc in C4:
+            e(3, f"partial[b, s, t, hh, 4 * pcg + {cc}] = cuda.fma(o{rr}{cc}, h{rr}, t{rr}{cc}) * f")
+    e(1, "if kq == 0 and gr_s < GQ:")
+    e(2, "g = gr_s // Q")
+    e(2, "t = gr_s - g * Q")
+    e(2, "hh = hk * G + g")
+    e(2, "lse[b, s, t, hh, 0] = m_run if l_run > F32_ZERO else NEG_INF")
+    e(2, "lse[b, s, t, hh, 1] = l_run")
+    return "\n".join(out) + "\n"
+
+
+def _make_split_kernel(D, VEC):
+    src = _source(D)
+    filename = f"<dflash2_numba.attention.tiled split D={D} {'vec' if VEC else 'bytes'}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    ns = dict(globals())
+    ns["load_chunk"] = _load_chunk_vec if VEC else _load_chunk_bytes
+    exec(compile(src, filename, "exec"), ns)
+    return ns["split_kernel"]
+
+
+_SMEM_BYTES = {D: 4 * _smem_layout(D)["TOTAL"] for D in (64, 128, 256)}
+_kernels = {}
+_pyfuncs = {}
+for _D in (64, 128, 256):
+    for _vec in (True, False):
+        _f = _make_split_kernel(_D, _vec)
+        _pyfuncs[_D, _vec] = _f
+        _kernels[_D, _vec] = cuda.jit(_f)
+
+
+class _DynShared:
+    """``kernel[grid, block, stream]`` -> the same launch with ``nbytes`` of dynamic shared
+    memory; on a GPU it first raises the kernel's dynamic shared-memory limit (once per
+    compiled overload) when ``nbytes`` exceeds the default 48 KB."""
+
+    def __init__(self, kernel, nbytes):
+        self.kernel = kernel
+        self.nbytes = nbytes
+
+    def __getitem__(self, cfg):
+        grid, block, stream = cfg
+        cfgd = self.kernel[grid, block, stream, self.nbytes]
+
+        def go(*args):
+            if not SIMULATOR and self.nbytes > 48 * 1024:
+                _raise_smem_limit(self.kernel, args, self.nbytes)
+            cfgd(*args)
+        return go
+
+
+_limit_done = set()
+
+
+def _raise_smem_limit(kernel, args, nbytes):
+    argtypes = tuple(kernel.typeof_pyval(a) for a in args)
+    key = (id(kernel), argtypes)
+    if key in _limit_done:
+        return
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    compiled = kernel.compile(argtypes)
+    cufunc = compiled._codelibrary.get_cufunc()
+    attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    driver.cuKernelSetAttribute(attr, int(nbytes), cufunc.handle, cufunc.device.id)
+    _limit_done.add(key)
+
+
+def _u32_view(arr):
+    """The cache as uint32 [P, S, H, D/4] when 16-byte loads are legal, else None."""
+    shape = tuple(arr.shape)
+    strides = tuple(arr.strides)
+    if strides[3] != 1 or shape[3] % 4 or any(st % 16 for st in strides[:3]):
+        return None
+    if SIMULATOR:
+        try:
+            return arr.view(np.uint32)
+        except ValueError:
+            return None
+    if arr.__cuda_array_interface__["data"][0] % 16:
+        return None
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    return DeviceNDArray(shape=(shape[0], shape[1], shape[2], shape[3] // 4),
+                         strides=(strides[0], strides[1], strides[2], 4),
+                         dtype=np.dtype(np.uint32), stream=arr.stream, gpu_data=arr.gpu_data)
+
+
+def supports(plan: dict) -> None:
+    if plan["D"] not in (64, 128, 256):
+        raise UnsupportedShape(f"tiled: head dim {plan['D']} not in 64/128/256")
+    if plan["Q"] > MAX_Q or plan["Hq"] // plan["Hkv"] > MAX_GROUP:
+        raise UnsupportedShape("tiled: Q or G out of range")
+
+
+def run(plan, stream) -> None:
+    B, Q, Hq, D = plan.q_shape
+    Hkv = plan.k_cache.shape[2]
+    G = Hq // Hkv
+    kc = _u32_view(plan.k_cache)
+    vc = _u32_view(plan.v_cache) if kc is not None else None
+    vec = kc is not None and vc is not None
+    if not vec:
+        kc, vc = plan.k_cache, plan.v_cache
+    kern = _DynShared(_kernels[D, vec], _SMEM_BYTES[D])
+    groups = (G * Q + RC - 1) // RC
+    launch("attention.tiled.split", kern, (plan.splits, B * Hkv, groups), NT, stream,
+           plan.q, kc, vc, plan.block_table, plan.seq_lens, plan.row_lengths, plan.use_rows,
+           plan.page_size, plan.splits, plan.qk_scale, plan.v_scale, plan.partial, plan.lse)
+    launch("attention.tiled.combine", frozen.combine_kernel, (B, Q, Hq), frozen.THREADS, stream,
+           plan.seq_lens, plan.row_lengths, plan.use_rows, plan.splits,
+           plan.partial, plan.lse, plan.out)
+
+
+def _signatures():
+    f16_4 = types.Array(types.float16, 4, "A")
+    u8_4 = types.Array(types.uint8, 4, "A")
+    u32_4 = types.Array(types.uint32, 4, "A")
+    i32_1 = types.Array(types.int32, 1, "A")
+    i32_2 = types.Array(types.int32, 2, "A")
+    f32_5 = types.Array(types.float32, 5, "C")
+
+    def sig(cache_t):
+        return (f16_4, cache_t, cache_t, i32_2, i32_1, i32_2, types.int64, types.int64,
+                types.int64, types.float32, types.float32, f32_5, f32_5)
+    return sig(u32_4), sig(u8_4)
+
+
+_sig_vec, _sig_byte = _signatures()
+
+VARIANT = register(Variant(
+    name="tiled",
+    family="attention",
+    description="register-tiled split kernel: 128-thread CTA per (split, request, KV head, "
+                "16 query rows); K/V decoded once per CTA by bit moves into shared memory; "
+                "8x4 (row, key) score tiles per K16 slice, Kahan in a second role; 8x4 "
+                "(row, column) PV tiles in registers; frozen's combine",
+    contract="A (q8 verification attention), bit-identical to frozen",
+    kernels=tuple(
+        KernelSpec(f"attention.tiled.split.d{D}" + ("" if vec else ".bytes"), _pyfuncs[D, vec],
+                   ((_sig_vec if vec else _sig_byte),))
+        for D in (256, 128, 64) for vec in (True, False)
+    ) + (KernelSpec("attention.tiled.combine", frozen.combine_kernel.py_func,
+                    frozen._combine_sigs),),
+    run=run,
+    supports=supports,
+))
