@@ -41,6 +41,7 @@ class Row:
     guards: Optional[bool] = None
     route: str = ""
     route_ok: Optional[bool] = None
+    state_err: Optional[float] = None       # GDN: final-state rel L2 against the oracle
     time_ms: Optional[float] = None
     status: str = "ok"                      # ok | FAIL | unsupported | error
     problems: List[str] = field(default_factory=list)

@@ -119,7 +119,10 @@ class GdnCaseSpec:
         N = 1 if cu is None else len(self.seq_lens)
         dt = np.dtype(self.dtype)
         q = rng.standard_normal((1, self.T, self.H, self.K)).astype(dt)
-        k = rng.standard_normal((1, self.T, self.H, self.K)).astype(dt)
+        k = rng.standard_normal((1, self.T, self.H, self.K))
+        if not self.use_qk_l2norm:      # keep ||k|| ~ 1 so the recurrence stays bounded
+            k = k / np.sqrt(self.K)
+        k = k.astype(dt)
         v = rng.standard_normal((1, self.T, self.HV, self.V)).astype(dt)
         g = (-np.abs(rng.standard_normal((1, self.T, self.HV))) * 0.1).astype(np.float32)
         beta = rng.uniform(0.05, 1.0, (1, self.T, self.HV)).astype(np.float32)

@@ -1,0 +1,146 @@
+"""GDN screen: every registered GDN variant against the FP64 oracle (output before and after
+the cast, final state) and, byte for byte, against its family's frozen kernel.
+
+Each variant runs twice per case: once in the plain form with an FP32 output and a fresh
+final state, once in the server form with the input-dtype output and the state written in
+place into a sentinel-filled state cache whose unnamed slots (guards around and between the
+named ones) must keep the sentinel and whose named slots must equal the plain form's state.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import numpy as np
+
+import oracle
+
+from .. import _registry
+from .._compat import cuda
+from ..contract import SENTINEL
+from ..gdn.api import plan_gdn
+from .attention import FP32_REL_BOUND, Row
+from .cases import GdnCaseSpec
+
+
+def _time_call(call, repeats: int = 5) -> float:
+    call.launch()
+    cuda.synchronize()
+    start, end = cuda.event(), cuda.event()
+    times = []
+    for _ in range(repeats):
+        start.record()
+        call.launch()
+        end.record()
+        end.synchronize()
+        times.append(cuda.event_elapsed_time(start, end))
+    return float(np.median(times))
+
+
+def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
+                mp_check: bool = False, progress=None) -> List[Row]:
+    c = spec.build()
+    dev = {k: (cuda.to_device(v) if isinstance(v, np.ndarray) else v) for k, v in c.items()}
+    ref_o, ref_h = oracle.gdn_reference(c["q"], c["k"], c["v"], c["g"], c["beta"],
+                                        initial_state=c.get("initial_state"), cu_seqlens=c["cu_seqlens"],
+                                        use_qk_l2norm=c["use_qk_l2norm"])
+    if mp_check and spec.T <= 70:
+        mp_o, mp_h = oracle.gdn_reference(c["q"], c["k"], c["v"], c["g"], c["beta"],
+                                          initial_state=c.get("initial_state"), cu_seqlens=c["cu_seqlens"],
+                                          use_qk_l2norm=c["use_qk_l2norm"], precision="mp")
+        gap = max(oracle.rel_l2(ref_o, mp_o), oracle.rel_l2(ref_h, mp_h))
+        if not gap <= 1e-12:
+            raise AssertionError(f"GDN oracle FP64 vs mpmath gap {gap:.3e} on {spec.name}")
+    N, HV, K, V = ref_h.shape
+    slots = 2 * N + 1                         # named slots 1, 3, 5, ...: guards around each
+    idx = np.arange(1, 2 * N, 2, dtype=np.int32)
+    registry = _registry.variants("gdn")
+    rows: List[Row] = []
+    snaps: Dict[str, dict] = {}
+    for name in variant_names:
+        v = registry[name]
+        row = Row("gdn", spec.name, "live", name, spec.T)
+        rows.append(row)
+        cache_host = np.full((slots, HV, K, V), SENTINEL, np.float32)
+        cache_host[idx] = c["initial_state"] if "initial_state" in c else 0.0
+        cache = cuda.to_device(cache_host)
+        common = dict(cu_seqlens=dev["cu_seqlens"], use_qk_l2norm=c["use_qk_l2norm"], variant=name)
+        try:
+            _registry.route_counters(reset=True)
+            plain = plan_gdn(dev["q"], dev["k"], dev["v"], dev["g"], dev["beta"],
+                             initial_state=dev.get("initial_state"), out_dtype="float32", **common)
+            server = plan_gdn(dev["q"], dev["k"], dev["v"], dev["g"], dev["beta"],
+                              state_cache=cache, state_indices=cuda.to_device(idx), **common)
+            plain.launch()
+            server.launch()
+            cuda.synchronize()
+        except _registry.UnsupportedShape as e:
+            row.status = "unsupported"
+            row.problems.append(str(e))
+            continue
+        except Exception as e:
+            row.status = "error"
+            row.problems.append(f"{type(e).__name__}: {e}")
+            continue
+        counts = _registry.route_counters(reset=True)
+        own = {k.name for k in v.kernels}
+        row.route = ", ".join(f"{k}x{n}" for k, n in sorted(counts.items()))
+        row.route_ok = bool(counts) and set(counts) <= own
+        if not row.route_ok:
+            row.fail(f"route audit: launched {sorted(counts)}, own kernels {sorted(own)}")
+        o32, h = plain.results()
+        o_cast, _ = server.results()
+        cache_after = cache.copy_to_host()
+        snap = dict(o32=o32, o=o_cast, state=h)
+        snaps[name] = snap
+        row.rel_l2_fp32 = oracle.rel_l2(o32, ref_o)
+        row.max_abs_fp32 = oracle.max_abs(o32, ref_o)
+        row.rel_l2_fp16 = oracle.rel_l2(o_cast, ref_o)
+        row.max_abs_fp16 = oracle.max_abs(o_cast, ref_o)
+        row.state_err = oracle.rel_l2(h, ref_h)
+        if not row.rel_l2_fp32 <= FP32_REL_BOUND:
+            row.fail(f"output rel L2 {row.rel_l2_fp32:.3e} > {FP32_REL_BOUND}")
+        if not row.state_err <= FP32_REL_BOUND:
+            row.fail(f"final state rel L2 {row.state_err:.3e} > {FP32_REL_BOUND}")
+        if o_cast.tobytes() != o32.astype(o_cast.dtype).tobytes():
+            row.fail("the cast output is not the RNE rounding of the FP32 output")
+        guard = np.ones(slots, bool)
+        guard[idx] = False
+        row.guards = bool(np.all(cache_after[guard] == SENTINEL))
+        if not row.guards:
+            row.fail("state cache: a slot that was not named changed")
+        if cache_after[idx].tobytes() != h.tobytes():
+            row.fail("state cache: written slots differ from the plain form's final state")
+        if timing:
+            row.time_ms = _time_call(plain)
+        if progress is not None:
+            progress()
+    for r in rows:
+        ref_name = registry[r.variant].bitwise_reference
+        if ref_name is None or r.variant not in snaps:
+            continue
+        ref_snap = snaps.get(ref_name)
+        if ref_snap is None:
+            r.fail(f"bitwise reference {ref_name!r} did not run")
+            continue
+        mism = [f"{key}: {m}" for key in ("o", "o32", "state")
+                if (m := oracle.first_mismatch(snaps[r.variant][key], ref_snap[key])) is not None]
+        r.bitwise = not mism
+        if mism:
+            r.mismatch = mism[0]
+            r.fail(f"not byte-identical to {ref_name}: " + "; ".join(mism))
+        base = next((x.rel_l2_fp32 for x in rows if x.variant == ref_name), None)
+        if base and r.rel_l2_fp32 is not None:
+            r.ratio_to_frozen = r.rel_l2_fp32 / base
+    return rows
+
+
+def run_gdn(specs: List[GdnCaseSpec], variant_names: List[str], *, timing: bool,
+            mp_check: bool = False, progress=None) -> List[Row]:
+    rows: List[Row] = []
+    for spec in specs:
+        rows.extend(screen_case(spec, variant_names, timing=timing, mp_check=mp_check, progress=progress))
+    return rows
+
+
+def expected_steps(specs: List[GdnCaseSpec], n_variants: int) -> int:
+    return len(specs) * n_variants
