@@ -54,6 +54,7 @@ K_SCALE = np.float32(256.0)          # (K * 2^-120) * 2^8 = K * 2^-112
 HI_SCALE = np.float32(2.0 ** 120)    # hi * 2^120 against V * 2^-120
 LO_SCALE = np.float32(2.0 ** 109)    # lo * 2^-11 * 2^120
 U0 = np.uint32(0)
+U_RS = 40                            # row stride of the u scratch (conflict-free Kahan reads)
 
 
 def _smem_layout(D):
@@ -64,7 +65,7 @@ def _smem_layout(D):
     L["QS"] = 0
     L["KS_SL"] = 16 * TILE_KEYS + 4          # K * 2^-112 [slice][ii][key]
     L["KS"] = L["QS"] + NSL * L["QS_SL"]
-    L["U_RS"] = 40                           # u [slice][row][key]; rows >= 8 shifted by 16
+    L["U_RS"] = U_RS                         # u [slice][row][key]; rows >= 8 shifted by 16
     L["U_SL"] = RC * L["U_RS"] + 16
     L["UV"] = L["KS"] + NSL * L["KS_SL"]     # u, then V * 2^-120 [key][d] (same space)
     uv = max(NSL * L["U_SL"], TILE_KEYS * D)
@@ -103,9 +104,60 @@ def _load_chunk_bytes(cache, page, slot, hk, lc):
     return np.uint32(w0), np.uint32(w1), np.uint32(w2), np.uint32(w3)
 
 
+def _fn_source():
+    """Device functions with every register loop written out (constant indices into small
+    local arrays, which NVVM turns into registers once the calls are inlined)."""
+    R8, C4 = range(8), range(4)
+    out = []
+
+    def e(ind, text):
+        out.append("    " * ind + text)
+
+    e(0, "@cuda.jit(device=True, forceinline=True)")
+    e(0, "def _score_step(sm, qa, ka, u):")
+    e(1, "q0, q1, q2, q3 = lds4(sm, qa)")
+    e(1, "q4, q5, q6, q7 = lds4(sm, qa + 4)")
+    e(1, "k0, k1, k2, k3 = lds4(sm, ka)")
+    for rr in R8:
+        for cc in C4:
+            e(1, f"u[{4 * rr + cc}] = cuda.fma(q{rr}, k{cc}, u[{4 * rr + cc}])")
+    e(0, "")
+    for name, load_v in (("_pv_hi", True), ("_pv_lo", False)):
+        e(0, "@cuda.jit(device=True, forceinline=True)")
+        e(0, f"def {name}(sm, va, ha, vr, vo, t):")
+        if load_v:
+            e(1, "vr[vo], vr[vo + 1], vr[vo + 2], vr[vo + 3] = lds4(sm, va)")
+        e(1, "h0, h1, h2, h3 = lds4(sm, ha)")
+        e(1, "h4, h5, h6, h7 = lds4(sm, ha + 4)")
+        for cc in C4:
+            e(1, f"v{cc} = vr[vo + {cc}]")
+        for rr in R8:
+            for cc in C4:
+                e(1, f"t[{4 * rr + cc}] = cuda.fma(h{rr}, v{cc}, t[{4 * rr + cc}])")
+        e(0, "")
+    e(0, "@cuda.jit(device=True, forceinline=True)")
+    e(0, "def _o_update(sm, aa, o, t):")
+    e(1, "h0, h1, h2, h3 = lds4(sm, aa)")
+    e(1, "h4, h5, h6, h7 = lds4(sm, aa + 4)")
+    for rr in R8:
+        for cc in C4:
+            e(1, f"o[{4 * rr + cc}] = cuda.fma(o[{4 * rr + cc}], h{rr}, t[{4 * rr + cc}])")
+    e(0, "")
+    e(0, "@cuda.jit(device=True, forceinline=True)")
+    e(0, "def _zero32(a):")
+    for x in range(32):
+        e(1, f"a[{x}] = F32_ZERO")
+    e(0, "")
+    e(0, "@cuda.jit(device=True, forceinline=True)")
+    e(0, "def _store_u(sm, ub, u):")
+    for rr in R8:
+        e(1, f"sts4(sm, ub + {rr} * U_RS, u[{4 * rr}], u[{4 * rr + 1}], u[{4 * rr + 2}], u[{4 * rr + 3}])")
+    return "\n".join(out) + "\n"
+
+
 def _source(D):
-    """Python source of the split kernel for head dim D, every register loop unrolled
-    (scalar names instead of arrays, so nothing can land in local memory)."""
+    """Python source of the split kernel for head dim D (constant loop bounds and shared
+    memory offsets substituted; register work goes through the device functions above)."""
     NSL = D // 16
     NPASS = (NSL + 7) // 8
     CPK = D // 16                    # 16-byte chunks per key row
@@ -129,18 +181,17 @@ def _source(D):
         e(ind + 1, f"if page{n} >= num_pages:")
         e(ind + 2, f"page{n} = -1")
 
-    def load_words(ind, prefix, n, cache, page, slot):
-        e(ind, f"{prefix}{n}_0 = U0")
-        e(ind, f"{prefix}{n}_1 = U0")
-        e(ind, f"{prefix}{n}_2 = U0")
-        e(ind, f"{prefix}{n}_3 = U0")
+    def load_words(ind, arr, n, cache, page, slot):
         e(ind, f"if {page} >= 0:")
-        e(ind + 1, f"{prefix}{n}_0, {prefix}{n}_1, {prefix}{n}_2, {prefix}{n}_3 = "
+        e(ind + 1, f"{arr}[{4 * n}], {arr}[{4 * n + 1}], {arr}[{4 * n + 2}], {arr}[{4 * n + 3}] = "
                    f"load_chunk({cache}, {page}, {slot}, hk, lc)")
+        e(ind, "else:")
+        e(ind + 1, f"{arr}[{4 * n}] = U0; {arr}[{4 * n + 1}] = U0; {arr}[{4 * n + 2}] = U0; "
+                   f"{arr}[{4 * n + 3}] = U0")
 
     def decode_k(ind, n):
         for mm in C4:
-            e(ind, f"a0, a1, a2, a3 = e4m3x4(kw{n}_{mm})")
+            e(ind, f"a0, a1, a2, a3 = e4m3x4(kw[{4 * n + mm}])")
             base = f"{KS} + lc * {KS_SL} + {4 * mm * TILE_KEYS} + lk0 + {KSTEP * n}"
             for k in C4:
                 e(ind, f"st1(sm, {base} + {k * TILE_KEYS}, a{k} * K_SCALE)")
@@ -167,6 +218,12 @@ def _source(D):
         f"pcg = tid - prg * {CGN}                       # columns 4pcg..4pcg+3",
         f"lk0 = tid // {CPK}                            # load role: keys lk0 + {KSTEP}n,",
         f"lc = tid - lk0 * {CPK}                        # 16-byte column lc",
+        "kw = cuda.local.array(16, np.uint32)",
+        "vw = cuda.local.array(16, np.uint32)",
+        "u = cuda.local.array(32, np.float32)",
+        "o = cuda.local.array(32, np.float32)",
+        "t = cuda.local.array(32, np.float32)",
+        "vr = cuda.local.array(64, np.float32)",
     ]:
         e(1, line)
     e(1, "# ---- q * 2^112 into shared memory (rows past G*Q: zeros) ----")
@@ -197,10 +254,8 @@ def _source(D):
         load_words(1, "kw", n, "k_cache", f"page{n}", f"pslot{n}")
     for n in range(NCH):
         decode_k(1, n)
-    for rr in R8:
-        for cc in C4:
-            e(1, f"o{rr}{cc} = F32_ZERO")
-            e(1, f"t{rr}{cc} = F32_ZERO")
+    e(1, "_zero32(o)")
+    e(1, "_zero32(t)")
     e(1, "cuda.syncthreads()")
 
     e(1, "for tile in range(first, last + 1):")
@@ -223,20 +278,12 @@ def _source(D):
     e(2, f"for ps in range({NPASS}):")
     e(3, "sl = ps * 8 + 2 * warp + sb")
     e(3, f"if sl < {NSL}:")
-    for rr in R8:
-        e(4, "; ".join(f"u{rr}{cc} = F32_ZERO" for cc in C4))
+    e(4, "_zero32(u)")
     e(4, f"qb = {QS} + sl * {QS_SL} + 8 * srg")
     e(4, f"kb = {KS} + sl * {KS_SL} + 4 * kg")
     for ii in range(16):
-        e(4, f"q0, q1, q2, q3 = lds4(sm, qb + {ii * RC})")
-        e(4, f"q4, q5, q6, q7 = lds4(sm, qb + {ii * RC + 4})")
-        e(4, f"k0, k1, k2, k3 = lds4(sm, kb + {ii * TILE_KEYS})")
-        for rr in R8:
-            for cc in C4:
-                e(4, f"u{rr}{cc} = cuda.fma(q{rr}, k{cc}, u{rr}{cc})")
-    e(4, f"ub = {UV} + sl * {U_SL} + 16 * srg + 4 * kg + 8 * srg * {U_RS}")
-    for rr in R8:
-        e(4, f"sts4(sm, ub + {rr * U_RS}, u{rr}0, u{rr}1, u{rr}2, u{rr}3)")
+        e(4, f"_score_step(sm, qb + {ii * RC}, kb + {ii * TILE_KEYS}, u)")
+    e(4, f"_store_u(sm, {UV} + sl * {U_SL} + 16 * srg + 4 * kg + 8 * srg * {U_RS}, u)")
     e(2, "cuda.syncthreads()                               # S1")
 
     e(2, "# ---- B: Kahan across the slices in ascending order, scale, visibility ----")
@@ -247,10 +294,10 @@ def _source(D):
     e(2, f"for sl in range({NSL}):")
     e(3, f"ua = ubr + sl * {U_SL}")
     for m in C4:
-        e(3, f"y = ld1(sm, ua + {8 * m}) - c{m}")
-        e(3, f"w = s{m} + y")
-        e(3, f"c{m} = (w - s{m}) - y")
-        e(3, f"s{m} = w")
+        e(3, f"y{m} = ld1(sm, ua + {8 * m}) - c{m}")
+        e(3, f"w{m} = s{m} + y{m}")
+        e(3, f"c{m} = (w{m} - s{m}) - y{m}")
+        e(3, f"s{m} = w{m}")
     for m in C4:
         e(2, f"x{m} = NEG_INF")
         e(2, f"if key0 + kq + {8 * m} < my_len:")
@@ -260,29 +307,25 @@ def _source(D):
 
     e(2, "# ---- C1: tile max (frozen's sequential order), p, hi/lo, tree levels 1-2 ----")
     e(2, f"xb = {XS} + r * 36")
-    e(2, "y0, y1, y2, y3 = lds4(sm, xb)")
-    e(2, "tmax = y0")
-    e(2, "tmax = max(tmax, y1)")
-    e(2, "tmax = max(tmax, y2)")
-    e(2, "tmax = max(tmax, y3)")
+    e(2, "z0, z1, z2, z3 = lds4(sm, xb)")
+    e(2, "tmax = max(max(max(z0, z1), z2), z3)")
     for c4 in range(1, 8):
-        e(2, f"y0, y1, y2, y3 = lds4(sm, xb + {4 * c4})")
-        for k in C4:
-            e(2, f"tmax = max(tmax, y{k})")
+        e(2, f"z0, z1, z2, z3 = lds4(sm, xb + {4 * c4})")
+        e(2, "tmax = max(max(max(max(tmax, z0), z1), z2), z3)")
     e(2, "mnew = max(m_run, tmax)")
     for m in C4:
         e(2, f"p{m} = F32_ZERO")
         e(2, f"if key0 + kq + {8 * m} < my_len:")
         e(3, f"p{m} = np.float32(math.exp(max(x{m} - mnew, EXP_CLAMP)))")
-        e(2, f"hi = np.float32(np.float16(p{m}))")
-        e(2, f"lo = np.float32(np.float16((p{m} - hi) * RESIDUAL_SCALE))")
-        e(2, f"st1(sm, {HS} + (kq + {8 * m}) * {RC} + r, hi * HI_SCALE)")
-        e(2, f"st1(sm, {LS} + (kq + {8 * m}) * {RC} + r, lo * LO_SCALE)")
+        e(2, f"hi{m} = np.float32(np.float16(p{m}))")
+        e(2, f"lo{m} = np.float32(np.float16((p{m} - hi{m}) * RESIDUAL_SCALE))")
+        e(2, f"st1(sm, {HS} + (kq + {8 * m}) * {RC} + r, hi{m} * HI_SCALE)")
+        e(2, f"st1(sm, {LS} + (kq + {8 * m}) * {RC} + r, lo{m} * LO_SCALE)")
     e(2, f"st1(sm, {T2} + r * 8 + kq, (p0 + p2) + (p1 + p3))")
     e(2, "# decode V of this tile (the u space is free) and K of the next tile")
     for n in range(NCH):
         for mm in C4:
-            e(2, f"a0, a1, a2, a3 = e4m3x4(vw{n}_{mm})")
+            e(2, f"a0, a1, a2, a3 = e4m3x4(vw[{4 * n + mm}])")
             e(2, f"sts4(sm, {UV} + (lk0 + {KSTEP * n}) * {D} + 16 * lc + {4 * mm}, a0, a1, a2, a3)")
     e(2, "if tile < last:")
     for n in range(NCH):
@@ -304,59 +347,46 @@ def _source(D):
 
     e(2, "# ---- D: PV; first the previous tile's O = fma(O, alpha, T) ----")
     e(2, "if prg < 2:")
-    e(3, "rb = 8 * prg")
     e(3, "if tile > first:")
-    e(4, f"ab = {AS} + ((tile - 1) & 1) * {RC} + rb")
-    e(4, "h0, h1, h2, h3 = lds4(sm, ab)")
-    e(4, "h4, h5, h6, h7 = lds4(sm, ab + 4)")
-    for rr in R8:
-        for cc in C4:
-            e(4, f"o{rr}{cc} = cuda.fma(o{rr}{cc}, h{rr}, t{rr}{cc})")
-    for rr in R8:
-        e(3, "; ".join(f"t{rr}{cc} = F32_ZERO" for cc in C4))
+    e(4, f"_o_update(sm, {AS} + ((tile - 1) & 1) * {RC} + 8 * prg, o, t)")
+    e(3, "_zero32(t)")
     e(3, f"vb = {UV} + 4 * pcg")
-    e(3, f"hb = {HS} + rb")
-    e(3, f"lb = {LS} + rb")
+    e(3, f"hb = {HS} + 8 * prg")
+    e(3, f"lb = {LS} + 8 * prg")
     for half in range(2):
         for jj in range(16):
             j = 16 * half + jj
-            e(3, f"v{jj}0, v{jj}1, v{jj}2, v{jj}3 = lds4(sm, vb + {j * D})")
-            e(3, f"h0, h1, h2, h3 = lds4(sm, hb + {j * RC})")
-            e(3, f"h4, h5, h6, h7 = lds4(sm, hb + {j * RC + 4})")
-            for rr in R8:
-                for cc in C4:
-                    e(3, f"t{rr}{cc} = cuda.fma(h{rr}, v{jj}{cc}, t{rr}{cc})")
+            e(3, f"_pv_hi(sm, vb + {j * D}, hb + {j * RC}, vr, {4 * jj}, t)")
         for jj in range(16):
             j = 16 * half + jj
-            e(3, f"h0, h1, h2, h3 = lds4(sm, lb + {j * RC})")
-            e(3, f"h4, h5, h6, h7 = lds4(sm, lb + {j * RC + 4})")
-            for rr in R8:
-                for cc in C4:
-                    e(3, f"t{rr}{cc} = cuda.fma(h{rr}, v{jj}{cc}, t{rr}{cc})")
+            e(3, f"_pv_lo(sm, vb, lb + {j * RC}, vr, {4 * jj}, t)")
     e(2, "cuda.syncthreads()                               # S4")
 
     e(1, "# ---- the last O update and the split's record ----")
     e(1, "if prg < 2:")
-    e(2, "rb = 8 * prg")
-    e(2, f"ab = {AS} + (last & 1) * {RC} + rb")
-    e(2, "h0, h1, h2, h3 = lds4(sm, ab)")
-    e(2, "h4, h5, h6, h7 = lds4(sm, ab + 4)")
+    e(2, f"_o_update(sm, {AS} + (last & 1) * {RC} + 8 * prg, o, t)")
     for rr in R8:
-        e(2, f"gr = rg * 16 + rb + {rr}")
+        e(2, f"gr = rg * 16 + 8 * prg + {rr}")
         e(2, "if gr < GQ:")
         e(3, "g = gr // Q")
-        e(3, "t = gr - g * Q")
+        e(3, "tt = gr - g * Q")
         e(3, "hh = hk * G + g")
-        e(3, f"f = v_scale if ld1(sm, {LF} + rb + {rr}) > F32_ZERO else F32_ZERO")
+        e(3, f"f = v_scale if ld1(sm, {LF} + 8 * prg + {rr}) > F32_ZERO else F32_ZERO")
         for cc in C4:
-            e(3, f"partial[b, s, t, hh, 4 * pcg + {cc}] = cuda.fma(o{rr}{cc}, h{rr}, t{rr}{cc}) * f")
+            e(3, f"partial[b, s, tt, hh, 4 * pcg + {cc}] = o[{4 * rr + cc}] * f")
     e(1, "if kq == 0 and gr_s < GQ:")
     e(2, "g = gr_s // Q")
-    e(2, "t = gr_s - g * Q")
+    e(2, "tt = gr_s - g * Q")
     e(2, "hh = hk * G + g")
-    e(2, "lse[b, s, t, hh, 0] = m_run if l_run > F32_ZERO else NEG_INF")
-    e(2, "lse[b, s, t, hh, 1] = l_run")
+    e(2, "lse[b, s, tt, hh, 0] = m_run if l_run > F32_ZERO else NEG_INF")
+    e(2, "lse[b, s, tt, hh, 1] = l_run")
     return "\n".join(out) + "\n"
+
+
+_FN_FILE = "<dflash2_numba.attention.tiled device functions>"
+_fn_src = _fn_source()
+linecache.cache[_FN_FILE] = (len(_fn_src), None, _fn_src.splitlines(True), _FN_FILE)
+exec(compile(_fn_src, _FN_FILE, "exec"), globals())
 
 
 def _make_split_kernel(D, VEC):

@@ -66,7 +66,7 @@ def _device_inputs(c: Dict, padded: bool):
         if padded:
             base = np.zeros(a.shape[:-1] + (a.shape[-1] + 16,), np.uint8)
             base[..., :a.shape[-1]] = a
-            dev[key] = cuda.to_device(base)[..., :a.shape[-1]]
+            dev[key] = cuda.to_device(base)[:, :, :, :a.shape[-1]]
         else:
             dev[key] = cuda.to_device(a)
     return dev

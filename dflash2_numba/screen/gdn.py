@@ -22,6 +22,11 @@ from .attention import FP32_REL_BOUND, Row
 from .cases import GdnCaseSpec
 
 
+def _host(x):
+    """numpy view of a result (device arrays are copied back)."""
+    return x.copy_to_host() if hasattr(x, "copy_to_host") else np.asarray(x)
+
+
 def _time_call(call, repeats: int = 5) -> float:
     call.launch()
     cuda.synchronize()
@@ -87,8 +92,8 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
         row.route_ok = bool(counts) and set(counts) <= own
         if not row.route_ok:
             row.fail(f"route audit: launched {sorted(counts)}, own kernels {sorted(own)}")
-        o32, h = plain.results()
-        o_cast, _ = server.results()
+        o32, h = (_host(x) for x in plain.results())
+        o_cast = _host(server.results()[0])
         cache_after = cache.copy_to_host()
         snap = dict(o32=o32, o=o_cast, state=h)
         snaps[name] = snap
