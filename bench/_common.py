@@ -100,6 +100,9 @@ def git_commit() -> Dict[str, object]:
         commit = r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else "unknown"
     except Exception:  # noqa: BLE001
         commit = "unknown"
+    if commit == "unknown" and os.environ.get("DFLASH2_COMMIT"):
+        # a copy of the tree without .git (e.g. a lent GPU machine): the caller names it
+        return {"git_commit": os.environ["DFLASH2_COMMIT"], "git_dirty": None}
     dirty = None
     if commit != "unknown":
         try:

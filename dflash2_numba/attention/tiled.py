@@ -54,6 +54,9 @@ K_SCALE = np.float32(256.0)          # (K * 2^-120) * 2^8 = K * 2^-112
 HI_SCALE = np.float32(2.0 ** 120)    # hi * 2^120 against V * 2^-120
 LO_SCALE = np.float32(2.0 ** 109)    # lo * 2^-11 * 2^120
 U0 = np.uint32(0)
+# inlined at the NVVM level (the simulator's jit takes no forceinline)
+_devfn = cuda.jit(device=True) if SIMULATOR else cuda.jit(device=True, forceinline=True)
+_SMEM_DT = np.dtype(np.float32) if SIMULATOR else np.float32   # the simulator wants a dtype
 U_RS = 40                            # row stride of the u scratch (conflict-free Kahan reads)
 
 
@@ -113,7 +116,7 @@ def _fn_source():
     def e(ind, text):
         out.append("    " * ind + text)
 
-    e(0, "@cuda.jit(device=True, forceinline=True)")
+    e(0, "@_devfn")
     e(0, "def _score_step(sm, qa, ka, u):")
     e(1, "q0, q1, q2, q3 = lds4(sm, qa)")
     e(1, "q4, q5, q6, q7 = lds4(sm, qa + 4)")
@@ -123,7 +126,7 @@ def _fn_source():
             e(1, f"u[{4 * rr + cc}] = cuda.fma(q{rr}, k{cc}, u[{4 * rr + cc}])")
     e(0, "")
     for name, load_v in (("_pv_hi", True), ("_pv_lo", False)):
-        e(0, "@cuda.jit(device=True, forceinline=True)")
+        e(0, "@_devfn")
         e(0, f"def {name}(sm, va, ha, vr, vo, t):")
         if load_v:
             e(1, "vr[vo], vr[vo + 1], vr[vo + 2], vr[vo + 3] = lds4(sm, va)")
@@ -135,7 +138,7 @@ def _fn_source():
             for cc in C4:
                 e(1, f"t[{4 * rr + cc}] = cuda.fma(h{rr}, v{cc}, t[{4 * rr + cc}])")
         e(0, "")
-    e(0, "@cuda.jit(device=True, forceinline=True)")
+    e(0, "@_devfn")
     e(0, "def _o_update(sm, aa, o, t):")
     e(1, "h0, h1, h2, h3 = lds4(sm, aa)")
     e(1, "h4, h5, h6, h7 = lds4(sm, aa + 4)")
@@ -143,12 +146,12 @@ def _fn_source():
         for cc in C4:
             e(1, f"o[{4 * rr + cc}] = cuda.fma(o[{4 * rr + cc}], h{rr}, t[{4 * rr + cc}])")
     e(0, "")
-    e(0, "@cuda.jit(device=True, forceinline=True)")
+    e(0, "@_devfn")
     e(0, "def _zero32(a):")
     for x in range(32):
         e(1, f"a[{x}] = F32_ZERO")
     e(0, "")
-    e(0, "@cuda.jit(device=True, forceinline=True)")
+    e(0, "@_devfn")
     e(0, "def _store_u(sm, ub, u):")
     for rr in R8:
         e(1, f"sts4(sm, ub + {rr} * U_RS, u[{4 * rr}], u[{4 * rr + 1}], u[{4 * rr + 2}], u[{4 * rr + 3}])")
@@ -207,7 +210,7 @@ def _source(D):
         "if s >= A:", "    return",
         "first = split_first_tile(T, A, s)",
         "last = first + split_tile_count(T, A, s) - 1",
-        "sm = cuda.shared.array(0, np.float32, SHARED_ALIGN)",
+        "sm = cuda.shared.array(0, _SMEM_DT, SHARED_ALIGN)",
         "lane = tid & 31", "warp = tid >> 5",
         "kg = (lane & 1) | (((lane >> 2) & 3) << 1)     # score role: keys 4kg..4kg+3",
         "srg = (lane >> 1) & 1                           # rows 8srg..8srg+7",

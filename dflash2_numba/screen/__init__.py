@@ -135,10 +135,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _commit() -> str:
     try:
         here = os.path.dirname(os.path.abspath(__file__))
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
-                              text=True, timeout=10).stdout.strip() or "unknown"
+        found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
+                               text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        found = ""
+    # a copy of the tree without .git (e.g. a lent GPU machine): the caller names it
+    return found or os.environ.get("DFLASH2_COMMIT", "unknown")
 
 
 class _progress:
