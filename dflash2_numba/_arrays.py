@@ -187,11 +187,13 @@ def check_finite_scalar(value, name: str, positive: bool = False) -> np.float32:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
     v = float(value)
-    if not np.isfinite(v) or not np.isfinite(np.float32(v)):
+    with np.errstate(over="ignore"):
+        v32 = np.float32(v)
+    if not np.isfinite(v) or not np.isfinite(v32):
         raise ValueError(f"{name}: must be finite in float32, got {value!r}")
-    if positive and not np.float32(v) > 0:
+    if positive and not v32 > 0:
         raise ValueError(f"{name}: must be > 0, got {value!r}")
-    return np.float32(v)
+    return v32
 
 
 def check_int_range(values: np.ndarray, name: str, lo: int, hi: int) -> None:
@@ -203,6 +205,16 @@ def check_int_range(values: np.ndarray, name: str, lo: int, hi: int) -> None:
         idx = np.unravel_index(int(bad[0]), values.shape)
         raise ValueError(f"{name}: value {int(values[idx])} at index {tuple(int(i) for i in idx)} "
                          f"is outside [{lo}, {hi}]")
+
+
+def check_all_finite(a: ArrayArg, hint: str = "") -> None:
+    """Every value finite (copies device arrays to the host); names the first offender."""
+    values = np.asarray(a.host_values())
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        idx = np.unravel_index(int(bad[0]), values.shape)
+        raise ValueError(f"{a.name}: must be finite; found {values[idx]!r} at index "
+                         f"{tuple(int(i) for i in idx)}{hint}")
 
 
 def check_positive_int(value, name: str, lo: int = 1) -> int:

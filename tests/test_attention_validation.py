@@ -106,3 +106,11 @@ def test_workspace_and_out(good):
 def test_not_an_array(good):
     _bad(good, "block_table", exc=TypeError, block_table=[[0, 1]])
     _bad(good, "q", exc=TypeError, q=None)
+
+
+def test_non_finite_q_is_an_error(good):
+    q = good["q"].copy()
+    q[1, 0, 1, 5] = np.nan
+    _bad(good, "q: must be finite", q=q)
+    q[1, 0, 1, 5] = np.inf
+    _bad(good, "q: must be finite", q=q)

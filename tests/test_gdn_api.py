@@ -56,6 +56,13 @@ BAD = [
     ("g-nan", _arr("g", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 1, np.nan, a)
                    .astype(np.float32)), ValueError, "g"),
     ("beta-inf", _arr("beta", lambda a: np.full_like(a, np.inf)), ValueError, "beta"),
+    ("q-nan", _arr("q", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 7, np.nan, a)
+                   .astype(a.dtype)), ValueError, "q"),
+    ("k-inf", _arr("k", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 2, np.inf, a)
+                   .astype(a.dtype)), ValueError, "k"),
+    ("v-nan", _arr("v", lambda a: np.full_like(a, np.nan)), ValueError, "v"),
+    ("state-nan", _mut(initial_state=np.full((1, 2, 32, 32), np.nan, np.float32)), ValueError,
+     "initial_state"),
     ("scale-nan", _mut(scale=float("nan")), ValueError, "scale"),
     ("scale-inf32", _mut(scale=1e39), ValueError, "scale"),
     ("scale-str", _mut(scale="1"), TypeError, "scale"),

@@ -127,6 +127,7 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
     if not np.isfinite(qk_scale):
         raise ValueError(f"scale: scale * k_scale overflows float32 ({scale!r} * {k_scale!r})")
     S = A.check_positive_int(splits, "splits")
+    A.check_all_finite(qa)   # NaN / inf in q is the caller's error, not a NaN output
 
     if row_lengths is not None:
         ra = A.as_array_arg(row_lengths, "row_lengths")

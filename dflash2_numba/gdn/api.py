@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from .. import _registry
-from .._arrays import (KIND_NUMPY, ArrayArg, as_array_arg, check_contiguous, check_dtype,
+from .._arrays import (KIND_NUMPY, ArrayArg, as_array_arg, check_all_finite, check_contiguous, check_dtype,
                        check_finite_scalar, check_int_range, check_ndim, check_nonnegative_strides,
                        check_shape, resolve_stream, result_like)
 from .._compat import cuda
@@ -42,7 +42,12 @@ def _to_device(a: ArrayArg, stream):
     return a.device(stream)
 
 
-def _check_values(g: ArrayArg, beta: ArrayArg) -> None:
+def _check_values(g: ArrayArg, beta: ArrayArg, *finite: ArrayArg) -> None:
+    """g finite and <= 0, beta finite, and every array in ``finite`` (q, k, v, initial
+    state) finite: non-finite inputs the caller controls are an error, not a NaN output."""
+    for a in finite:
+        if a is not None:
+            check_all_finite(a, " (pass check_values=False to skip this check)")
     gv = np.asarray(g.host_values(), dtype=np.float32)
     bad = np.flatnonzero(~(np.isfinite(gv) & (gv <= 0)))
     if bad.size:
@@ -264,7 +269,7 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
             raise ValueError(f"state_indices: must be distinct; slot {dup} is named more than once")
 
     if values:
-        _check_values(ga, ba)
+        _check_values(ga, ba, qa, ka, va, isa)
 
     plan_probe = GdnPlan(None, None, None, None, None, None, None, None, None, None, None, None,
                          N * HV * (V // VB), scale32, np.int32(l2), B, T, H, HV, K, V, N,
