@@ -78,6 +78,7 @@ def split_kernel(q, k_cache, v_cache, block_table, seq_lens, row_lengths, use_ro
     l_s = cuda.shared.array(MAX_Q, np.float32)
     mnew_s = cuda.shared.array(MAX_Q, np.float32)
     alpha_s = cuda.shared.array(MAX_Q, np.float32)
+    len_s = cuda.shared.array(MAX_Q, np.int64)         # L[b, t] of every row
 
     for i in range(tid, 256, THREADS):
         tab[i] = decode_table[i]
@@ -91,6 +92,9 @@ def split_kernel(q, k_cache, v_cache, block_table, seq_lens, row_lengths, use_ro
     if tid < MAX_Q:
         m_s[tid] = NEG_INF
         l_s[tid] = F32_ZERO
+        len_s[tid] = 0
+        if tid < Q:
+            len_s[tid] = row_length(seq_lens, row_lengths, use_rows, b, tid, Q)
 
     row = tid // TILE_KEYS           # score role
     jj = tid - row * TILE_KEYS
@@ -176,14 +180,19 @@ def split_kernel(q, k_cache, v_cache, block_table, seq_lens, row_lengths, use_ro
         cuda.syncthreads()
 
         # ---- PV: probability then residual, two halves of 16 keys ----
+        # A key the row does not see contributes V = 0 (its p is 0 anyway): the same bits
+        # for finite V, and a NaN byte reaches only the rows that see its key.
         for d in range(tid, D, THREADS):
             for t in range(Q):
+                seen = len_s[t] - key0
                 acc = F32_ZERO
                 for half in range(0, TILE_KEYS, HALF_TILE):
                     for j in range(half, half + HALF_TILE):
-                        acc = cuda.fma(hi_s[t, j], tab[v_s[j, d]], acc)
+                        vv = tab[v_s[j, d]] if j < seen else F32_ZERO
+                        acc = cuda.fma(hi_s[t, j], vv, acc)
                     for j in range(half, half + HALF_TILE):
-                        acc = cuda.fma(lo_s[t, j], tab[v_s[j, d]] * RESIDUAL_UNSCALE, acc)
+                        vv = tab[v_s[j, d]] if j < seen else F32_ZERO
+                        acc = cuda.fma(lo_s[t, j], vv * RESIDUAL_UNSCALE, acc)
                 o_s[t, d] = cuda.fma(o_s[t, d], alpha_s[t], acc)
         cuda.syncthreads()
 
