@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Every GPU figure bench/RESULTS.md records, in stages that each fit one device call.
+# Usage: DFLASH2_COMMIT=<sha> bash bench/run_all_gpu.sh OUTDIR STAGE...
+#   stages: tests (gpu-marked pytest), sanitize, screen, bench-attention, bench-gdn
+set -u
+out=${1:?usage: run_all_gpu.sh OUTDIR STAGE...}
+shift
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+status=0
+for stage in "$@"; do
+  start=$(date +%s)
+  case "$stage" in
+    tests)
+      DFLASH2_GPU=1 DFLASH2_RESULTS="$out/gpu_tests.jsonl" python3 -m pytest -q -s -p no:cacheprovider \
+          -m gpu ${GPU_TESTS:-tests} > "$out/gpu_tests.log" 2>&1; rc=$?
+      tail -n 3 "$out/gpu_tests.log" ;;
+    sanitize)
+      bash bench/sanitize.sh "$out"; rc=$? ;;
+    screen)
+      python3 -m dflash2_numba.screen --json "$out/screen.json" --plot "$out/screen.png" \
+          > "$out/screen.log" 2>&1; rc=$?
+      grep -E "checks:|FAIL|error" "$out/screen.log" | tail -n 15 ;;
+    bench-attention)
+      python3 bench/attention.py --out "$out" --budget-s "${BENCH_BUDGET_S:-240}" \
+          > "$out/bench_attention.log" 2>&1; rc=$?
+      tail -n 45 "$out/bench_attention.log" ;;
+    bench-gdn)
+      python3 bench/gdn.py --out "$out" --budget-s "${BENCH_BUDGET_S:-240}" \
+          > "$out/bench_gdn.log" 2>&1; rc=$?
+      tail -n 25 "$out/bench_gdn.log" ;;
+    *) echo "unknown stage $stage"; rc=2 ;;
+  esac
+  echo "== stage $stage: exit $rc in $(( $(date +%s) - start )) s"
+  [ $rc -eq 0 ] || status=1
+done
+exit $status
