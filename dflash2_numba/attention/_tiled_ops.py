@@ -8,11 +8,15 @@ On a GPU each is a numba intrinsic emitting a handful of LLVM operations:
     the array 16-byte aligned);
   * ``ldg4(a, i0, i1, i2, i3)``: one 16-byte load of ``a[i0, i1, i2, i3..i3+3]`` from a
     4-D uint32 array (the caller guarantees 16-byte alignment);
+  * ``ldb4(a, i0, i1, i2, i3)``: the four bytes ``a[i0, i1, i2, i3..i3+3]`` of a 4-D uint8
+    array as one little-endian uint32 (four byte loads, one address computation);
+  * ``nan_bytes(w)``: nonzero exactly when a byte of ``w`` is an E4M3 NaN code (0x7F/0xFF);
   * ``e4m3x4(w)``: the four E4M3FN bytes of a uint32 word (byte 0 first) as float32 values
     times 2^-120, exactly: the byte's 7 magnitude bits placed at float32 bits 20..26 and its
     sign at bit 31 ARE that value (a float32 subnormal when the E4M3 exponent is 0);
-    0x7F / 0xFF become the decode table's NaN (0x7FC00000 with the sign). 32-bit integer
-    operations only, no rounding anywhere.
+    0x7F / 0xFF become the decode table's NaN (0x7FC00000 with the sign). Per byte: one
+    shift to bring it to bits 24..31, an arithmetic shift right by 4 and one mask (plus a
+    per-word NaN test); 32-bit integer operations only, no rounding anywhere.
 Under the CUDA simulator they are plain Python with the same results, so the kernel
 source runs unchanged on both.  :func:`decode_ir` builds ``e4m3x4``'s IR and is shared
 with a CPU check in the tests.
@@ -37,10 +41,11 @@ def decode_ir(builder, w):
                            _c(0x80808080 - (1 << 32)))
     parts = []
     for k in range(4):
-        t = builder.shl(w, _c(24 - 8 * k)) if k < 3 else w
-        mag = builder.and_(builder.lshr(t, _c(4)), _c(0x07F00000))
+        t = builder.shl(w, _c(24 - 8 * k)) if k < 3 else w      # byte k in bits 24..31
         sgn = builder.and_(t, _c(-(1 << 31)))
-        parts.append((t, sgn, builder.or_(mag, sgn)))
+        # arithmetic shift: the sign lands in bits 27..31, the magnitude in bits 20..26
+        bits = builder.and_(builder.ashr(t, _c(4)), _c(0x87F00000 - (1 << 32)))
+        parts.append((t, sgn, bits))
     anynan = builder.icmp_unsigned("!=", nanflag, _c(0))
     bb_from = builder.block
     bb_fix = builder.append_basic_block("e4m3_nan")
@@ -98,7 +103,15 @@ if SIMULATOR:
     def ldg4(a, i0, i1, i2, i3):
         return a[i0, i1, i2, i3], a[i0, i1, i2, i3 + 1], a[i0, i1, i2, i3 + 2], a[i0, i1, i2, i3 + 3]
 
+    def ldb4(a, i0, i1, i2, i3):
+        return np.uint32(int(a[i0, i1, i2, i3]) | (int(a[i0, i1, i2, i3 + 1]) << 8)
+                         | (int(a[i0, i1, i2, i3 + 2]) << 16) | (int(a[i0, i1, i2, i3 + 3]) << 24))
+
     e4m3x4 = e4m3x4_py
+
+    def nan_bytes(w):
+        w = int(w)
+        return np.uint32((((w & 0x7F7F7F7F) + 0x01010101) & 0x80808080))
 
 else:
     from numba.cuda import cgutils
@@ -194,6 +207,37 @@ else:
             v = builder.load(builder.bitcast(p, vt.as_pointer(p.type.addrspace)), align=16)
             vals = [builder.extract_element(v, _c(k)) for k in range(4)]
             return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    @intrinsic
+    def ldb4(typingctx, a, i0, i1, i2, i3):
+        if not (isinstance(a, ntypes.Array) and a.ndim == 4 and a.dtype == ntypes.uint8):
+            return None
+        sig = signature(ntypes.uint32, a, i0, i1, i2, i3)
+
+        def codegen(context, builder, sig, args):
+            inds = [_intp(context, builder, args[1 + k], sig.args[1 + k]) for k in range(4)]
+            p = _ptr(context, builder, sig.args[0], args[0], inds)
+            w = None
+            for k in range(4):
+                b = builder.zext(builder.load(builder.gep(p, [ir.Constant(ir.IntType(64), k)])), _I32)
+                b = builder.shl(b, _c(8 * k)) if k else b
+                w = b if w is None else builder.or_(w, b)
+            return w
+
+        return sig, codegen
+
+    @intrinsic
+    def nan_bytes(typingctx, w):
+        if not (isinstance(w, ntypes.Integer) and w.bitwidth == 32):
+            return None
+        sig = signature(ntypes.uint32, w)
+
+        def codegen(context, builder, sig, args):
+            w = args[0]
+            return builder.and_(builder.add(builder.and_(w, _c(0x7F7F7F7F)), _c(0x01010101)),
+                                _c(0x80808080 - (1 << 32)))
 
         return sig, codegen
 

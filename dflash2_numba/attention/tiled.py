@@ -8,27 +8,32 @@ sequence of roundings as ``frozen.py``. The combine kernel is frozen's, unchange
 What changes (the schedule only; all parallelism is across independent scalars):
   * One CTA of 128 threads per (split, request, KV head, group of 16 query rows), where
     the rows of a KV head are its G query heads x Q tokens (production: 48 rows -> three
-    CTAs per split, 240 CTAs instead of frozen's 480, each decoding K/V for 16 rows).
-  * K/V bytes are loaded 16 bytes at a time (when the caches' strides allow; a byte path
-    otherwise) one tile ahead, and decoded ONCE per CTA into shared memory by integer bit
-    moves: the E4M3 bits placed in a float32 give the value times 2^-120 exactly
-    (subnormals included, NaN patched to the table's NaN).  The power-of-two factors are
-    folded into the other multiplicand, which keeps each exact product unchanged:
-    K is stored as value * 2^-112 with q * 2^112 (never overflows: |q| <= 65504), and V as
-    value * 2^-120 with hi * 2^120 and lo * 2^-11 * 2^120.
-  * Scores: each thread owns 8 rows x 4 keys of one K16 slice (two slices in turn), keeps
-    the 32 slice sums u in registers (16 fused steps each, ascending i) and parks them in
-    shared memory; the Kahan step over the 16 (D/16) slices runs in ascending slice order
-    per (row, key) in a second role (thread = one row x 4 keys).
-  * The tile max is frozen's sequential max (same select, same order); probabilities,
-    hi/lo, the pairwise tree and the (m, l, alpha) update are frozen's expressions; the
-    first two tree levels run inside a thread (it owns keys c, c+8, c+16, c+24), the last
-    three from shared memory.
+    CTAs per split, 240 CTAs; each decodes K/V once for its 16 rows).
+  * K/V bytes are loaded 16 bytes at a time (when the caches' base and strides are 16-byte
+    aligned; a byte path otherwise) and decoded ONCE per CTA into shared memory by integer
+    bit moves: an E4M3 byte's bits placed in a float32 give the value times 2^-120 exactly
+    (subnormals included; 0x7F/0xFF patched to the table's NaN).  Power-of-two factors are
+    folded into the other multiplicand, which leaves every exact product unchanged:
+      - V is stored as V * 2^-120 and multiplied by hi * 2^120 and lo * 2^-11 * 2^120;
+      - K is stored as K * 2^-120 and multiplied by q * 2^112 (no overflow: |q| <= 65504),
+        so every K16 slice sum is u * 2^-8 exactly (all u are multiples of 2^-33, so the
+        scaled values stay normal and every rounding scales with them); the Kahan step
+        runs on those scaled sums (equally exact) and the score is (s * 2^8) * qk_scale.
+  * Scores: each thread owns 8 rows x 4 keys of one K16 slice (two slices in turn), the
+    32 slice sums u in registers (16 fused steps each, ascending i), parked in shared
+    memory; the Kahan step over the D/16 slices runs in ascending slice order per
+    (row, key) in a second role (thread = one row x keys c, c+8, c+16, c+24).
+  * The tile max is frozen's max() in frozen's order; probabilities, hi/lo, the pairwise
+    tree and the (m, l, alpha) update are frozen's expressions; the first two tree levels
+    run inside a thread (it owns keys c, c+8, c+16, c+24), the last three from shared memory.
   * PV: each thread owns 8 rows x 4 columns (32 accumulators T and 32 numerators O in
     registers); T runs hi_j*V then lo_j*Vr over j = 0..15, then j = 16..31, exactly
-    frozen's order; the 16 V values of a half are kept in registers for the lo pass.
+    frozen's order; the 16 V values of a half stay in registers for the lo pass.
     O = fma(O, alpha, T) is applied at the start of the next tile (or after the last).
-  * 4 block barriers per 32-key tile; shared memory is dynamic (about 99 KB at D = 256).
+  * 4 block barriers per 32-key tile; shared memory is dynamic, 98,832 bytes at D = 256
+    (two CTAs per SM on an H200; the kernel raises its dynamic shared-memory limit once).
+  * Register work is written out by a small source generator (device functions with
+    constant indices, inlined by NVVM), so nothing lands in local memory.
 """
 from __future__ import annotations
 
@@ -43,14 +48,14 @@ from .._registry import KernelSpec, UnsupportedShape, Variant, launch, register
 from ..contract import EXP_CLAMP, MAX_GROUP, MAX_Q, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
 from . import frozen
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count
-from ._tiled_ops import SHARED_ALIGN, e4m3x4, ld1, ldg4, lds4, st1, sts4
+from ._tiled_ops import SHARED_ALIGN, e4m3x4, ld1, ldb4, ldg4, lds4, nan_bytes, st1, sts4
 
 NT = 128                 # threads per CTA
 RC = 16                  # query rows per CTA
 F32_ZERO = np.float32(0.0)
 F32_ONE = np.float32(1.0)
-Q_SCALE = np.float32(2.0 ** 112)     # q * 2^112 against K * 2^-112
-K_SCALE = np.float32(256.0)          # (K * 2^-120) * 2^8 = K * 2^-112
+Q_SCALE = np.float32(2.0 ** 112)     # q * 2^112 against K * 2^-120: every u is u * 2^-8
+U_UNSCALE = np.float32(256.0)        # (s * 2^-8) * 2^8 = s exactly, then * qk_scale
 HI_SCALE = np.float32(2.0 ** 120)    # hi * 2^120 against V * 2^-120
 LO_SCALE = np.float32(2.0 ** 109)    # lo * 2^-11 * 2^120
 U0 = np.uint32(0)
@@ -66,7 +71,7 @@ def _smem_layout(D):
     L = {}
     L["QS_SL"] = 16 * RC + 4                 # q * 2^112 [slice][ii][row]
     L["QS"] = 0
-    L["KS_SL"] = 16 * TILE_KEYS + 4          # K * 2^-112 [slice][ii][key]
+    L["KS_SL"] = 16 * TILE_KEYS + 4          # K * 2^-120 [slice][ii][key]
     L["KS"] = L["QS"] + NSL * L["QS_SL"]
     L["U_RS"] = U_RS                         # u [slice][row][key]; rows >= 8 shifted by 16
     L["U_SL"] = RC * L["U_RS"] + 16
@@ -78,7 +83,9 @@ def _smem_layout(D):
     L["T2"] = L["XS"] + RC * 36              # pairwise-tree level 2 [row][8]
     L["AS"] = L["T2"] + RC * 8               # alpha [tile parity][row]
     L["LF"] = L["AS"] + 2 * RC               # l [row]
-    L["TOTAL"] = L["LF"] + RC
+    L["SEEN"] = L["LF"] + RC                 # keys of the tile each row sees, as float32
+    L["NANV"] = L["SEEN"] + RC               # "this tile's V holds a NaN code" [parity]
+    L["TOTAL"] = L["NANV"] + 4
     for k, v in L.items():
         assert v % 4 == 0, (k, v)
     return L
@@ -90,21 +97,15 @@ def _load_chunk_vec(cache, page, slot, hk, lc):
 
 
 @cuda.jit(device=True, inline="always")
+def _load_word_bytes(cache, page, slot, hk, i):
+    return ldb4(cache, page, slot, hk, i)
+
+
+@cuda.jit(device=True, inline="always")
 def _load_chunk_bytes(cache, page, slot, hk, lc):
-    base = 16 * lc
-    w0 = np.uint32(cache[page, slot, hk, base]) | (np.uint32(cache[page, slot, hk, base + 1]) << np.uint32(8)) \
-        | (np.uint32(cache[page, slot, hk, base + 2]) << np.uint32(16)) \
-        | (np.uint32(cache[page, slot, hk, base + 3]) << np.uint32(24))
-    w1 = np.uint32(cache[page, slot, hk, base + 4]) | (np.uint32(cache[page, slot, hk, base + 5]) << np.uint32(8)) \
-        | (np.uint32(cache[page, slot, hk, base + 6]) << np.uint32(16)) \
-        | (np.uint32(cache[page, slot, hk, base + 7]) << np.uint32(24))
-    w2 = np.uint32(cache[page, slot, hk, base + 8]) | (np.uint32(cache[page, slot, hk, base + 9]) << np.uint32(8)) \
-        | (np.uint32(cache[page, slot, hk, base + 10]) << np.uint32(16)) \
-        | (np.uint32(cache[page, slot, hk, base + 11]) << np.uint32(24))
-    w3 = np.uint32(cache[page, slot, hk, base + 12]) | (np.uint32(cache[page, slot, hk, base + 13]) << np.uint32(8)) \
-        | (np.uint32(cache[page, slot, hk, base + 14]) << np.uint32(16)) \
-        | (np.uint32(cache[page, slot, hk, base + 15]) << np.uint32(24))
-    return np.uint32(w0), np.uint32(w1), np.uint32(w2), np.uint32(w3)
+    i = 16 * lc
+    return (ldb4(cache, page, slot, hk, i), ldb4(cache, page, slot, hk, i + 4),
+            ldb4(cache, page, slot, hk, i + 8), ldb4(cache, page, slot, hk, i + 12))
 
 
 def _fn_source():
@@ -139,6 +140,18 @@ def _fn_source():
                 e(1, f"t[{4 * rr + cc}] = cuda.fma(h{rr}, v{cc}, t[{4 * rr + cc}])")
         e(0, "")
     e(0, "@_devfn")
+    e(0, "def _pv_masked(sm, va, ha, sa, jf, t):")
+    e(1, "# frozen's boundary tiles: a key the row does not see contributes V = 0")
+    e(1, "v0, v1, v2, v3 = lds4(sm, va)")
+    e(1, "h0, h1, h2, h3 = lds4(sm, ha)")
+    e(1, "h4, h5, h6, h7 = lds4(sm, ha + 4)")
+    e(1, "s0, s1, s2, s3 = lds4(sm, sa)")
+    e(1, "s4, s5, s6, s7 = lds4(sm, sa + 4)")
+    for rr in R8:
+        for cc in C4:
+            e(1, f"t[{4 * rr + cc}] = cuda.fma(h{rr}, v{cc} if jf < s{rr} else F32_ZERO, t[{4 * rr + cc}])")
+    e(0, "")
+    e(0, "@_devfn")
     e(0, "def _o_update(sm, aa, o, t):")
     e(1, "h0, h1, h2, h3 = lds4(sm, aa)")
     e(1, "h4, h5, h6, h7 = lds4(sm, aa + 4)")
@@ -158,9 +171,12 @@ def _fn_source():
     return "\n".join(out) + "\n"
 
 
-def _source(D):
+def _source(D, prefetch=True):
     """Python source of the split kernel for head dim D (constant loop bounds and shared
-    memory offsets substituted; register work goes through the device functions above)."""
+    memory offsets substituted; register work goes through the device functions above).
+    ``prefetch`` (the 16-byte path): issue the tile's global loads before the score phase
+    and keep each half's 16 V rows in registers for the lo pass. The byte path loads a word
+    where it is decoded and reloads V for the lo pass, to stay clear of spills."""
     NSL = D // 16
     NPASS = (NSL + 7) // 8
     CPK = D // 16                    # 16-byte chunks per key row
@@ -171,6 +187,7 @@ def _source(D):
     QS, QS_SL, KS, KS_SL = L["QS"], L["QS_SL"], L["KS"], L["KS_SL"]
     UV, U_RS, U_SL = L["UV"], L["U_RS"], L["U_SL"]
     HS, LS, XS, T2, AS, LF = L["HS"], L["LS"], L["XS"], L["T2"], L["AS"], L["LF"]
+    SEEN, NANV = L["SEEN"], L["NANV"]
     R8, C4 = range(8), range(4)
     out = []
 
@@ -197,7 +214,7 @@ def _source(D):
             e(ind, f"a0, a1, a2, a3 = e4m3x4(kw[{4 * n + mm}])")
             base = f"{KS} + lc * {KS_SL} + {4 * mm * TILE_KEYS} + lk0 + {KSTEP * n}"
             for k in C4:
-                e(ind, f"st1(sm, {base} + {k * TILE_KEYS}, a{k} * K_SCALE)")
+                e(ind, f"st1(sm, {base} + {k * TILE_KEYS}, a{k})")
 
     e(0, "def split_kernel(q, k_cache, v_cache, block_table, seq_lens, row_lengths, use_rows,")
     e(0, "                 page_size, splits, qk_scale, v_scale, partial, lse):")
@@ -244,6 +261,15 @@ def _source(D):
     e(1, "if gr_s < GQ:")
     e(2, "g_s = gr_s // Q")
     e(2, "my_len = row_length(seq_lens, row_lengths, use_rows, b, gr_s - g_s * Q, Q)")
+    e(1, "min_len = 1 << 62                               # shortest valid row of the CTA")
+    e(1, "for rr in range(16):")
+    e(2, "gr = rg * 16 + rr")
+    e(2, "if gr < GQ:")
+    e(3, "g = gr // Q")
+    e(3, "min_len = min(min_len, row_length(seq_lens, row_lengths, use_rows, b, gr - g * Q, Q))")
+    e(1, "if tid == 0:")
+    e(2, f"st1(sm, {NANV}, F32_ZERO)")
+    e(2, f"st1(sm, {NANV} + 1, F32_ZERO)")
     e(1, "m_run = NEG_INF")
     e(1, "l_run = F32_ZERO")
     e(1, "# ---- the first tile: chunk pages, K loads and decode ----")
@@ -263,19 +289,23 @@ def _source(D):
 
     e(1, "for tile in range(first, last + 1):")
     e(2, f"key0 = tile * {TILE_KEYS}")
-    e(2, "# ---- A0: global loads, V of this tile and K of the next ----")
-    for n in range(NCH):
-        load_words(2, "vw", n, "v_cache", f"vpage{n}", f"vslot{n}")
-    e(2, "if tile < last:")
-    for n in range(NCH):
-        e(3, f"pslot{n} += {TILE_KEYS}")
-        e(3, f"while pslot{n} >= page_size:")
-        e(4, f"pslot{n} -= page_size")
-        e(4, f"pcol{n} += 1")
-        chunk_page(3, n, f"key0 + {TILE_KEYS} + lk0 + {KSTEP * n}")
-        e(3, f"vpage{n} = page{n}")
-        e(3, f"vslot{n} = pslot{n}")
-        load_words(3, "kw", n, "k_cache", f"page{n}", f"pslot{n}")
+    def global_loads(ind):
+        for n in range(NCH):
+            load_words(ind, "vw", n, "v_cache", f"vpage{n}", f"vslot{n}")
+        e(ind, "if tile < last:")
+        for n in range(NCH):
+            e(ind + 1, f"pslot{n} += {TILE_KEYS}")
+            e(ind + 1, f"while pslot{n} >= page_size:")
+            e(ind + 2, f"pslot{n} -= page_size")
+            e(ind + 2, f"pcol{n} += 1")
+            chunk_page(ind + 1, n, f"key0 + {TILE_KEYS} + lk0 + {KSTEP * n}")
+            e(ind + 1, f"vpage{n} = page{n}")
+            e(ind + 1, f"vslot{n} = pslot{n}")
+            load_words(ind + 1, "kw", n, "k_cache", f"page{n}", f"pslot{n}")
+
+    if prefetch:
+        e(2, "# ---- A0: global loads, V of this tile and K of the next (in flight during A, B) ----")
+        global_loads(2)
 
     e(2, "# ---- A: K16 slice sums u for 8 rows x 4 keys, ascending i ----")
     e(2, f"for ps in range({NPASS}):")
@@ -304,7 +334,7 @@ def _source(D):
     for m in C4:
         e(2, f"x{m} = NEG_INF")
         e(2, f"if key0 + kq + {8 * m} < my_len:")
-        e(3, f"x{m} = s{m} * qk_scale")
+        e(3, f"x{m} = (s{m} * U_UNSCALE) * qk_scale")
         e(2, f"st1(sm, {XS} + r * 36 + kq + {8 * m}, x{m})")
     e(2, "cuda.syncthreads()                               # S2")
 
@@ -325,14 +355,54 @@ def _source(D):
         e(2, f"st1(sm, {HS} + (kq + {8 * m}) * {RC} + r, hi{m} * HI_SCALE)")
         e(2, f"st1(sm, {LS} + (kq + {8 * m}) * {RC} + r, lo{m} * LO_SCALE)")
     e(2, f"st1(sm, {T2} + r * 8 + kq, (p0 + p2) + (p1 + p3))")
+    e(2, "if kq == 0:")
+    e(3, "seen = min(max(my_len - key0, -1), 33)")
+    e(3, f"st1(sm, {SEEN} + r, np.float32(seen))")
     e(2, "# decode V of this tile (the u space is free) and K of the next tile")
-    for n in range(NCH):
-        for mm in C4:
-            e(2, f"a0, a1, a2, a3 = e4m3x4(vw[{4 * n + mm}])")
-            e(2, f"sts4(sm, {UV} + (lk0 + {KSTEP * n}) * {D} + 16 * lc + {4 * mm}, a0, a1, a2, a3)")
-    e(2, "if tile < last:")
-    for n in range(NCH):
-        decode_k(3, n)
+    e(2, "if tid == 0:")
+    e(3, f"st1(sm, {NANV} + ((tile + 1) & 1), F32_ZERO)")
+    e(2, "vnan = U0")
+    if prefetch:
+        for n in range(NCH):
+            for mm in C4:
+                e(2, f"vnan |= nan_bytes(vw[{4 * n + mm}])")
+                e(2, f"a0, a1, a2, a3 = e4m3x4(vw[{4 * n + mm}])")
+                e(2, f"sts4(sm, {UV} + (lk0 + {KSTEP * n}) * {D} + 16 * lc + {4 * mm}, a0, a1, a2, a3)")
+        e(2, "if tile < last:")
+        for n in range(NCH):
+            decode_k(3, n)
+    else:
+        # byte path: load one word, decode it, store it; a block fence per chunk keeps the
+        # scheduler from hoisting every byte load at once (few live registers, no spills)
+        for n in range(NCH):
+            e(2, "cuda.threadfence_block()")
+            for mm in C4:
+                e(2, "wd = U0")
+                e(2, f"if vpage{n} >= 0:")
+                e(3, f"wd = load_word(v_cache, vpage{n}, vslot{n}, hk, 16 * lc + {4 * mm})")
+                e(2, "vnan |= nan_bytes(wd)")
+                e(2, "a0, a1, a2, a3 = e4m3x4(wd)")
+                e(2, f"sts4(sm, {UV} + (lk0 + {KSTEP * n}) * {D} + 16 * lc + {4 * mm}, a0, a1, a2, a3)")
+        e(2, "if tile < last:")
+        for n in range(NCH):
+            e(3, f"pslot{n} += {TILE_KEYS}")
+            e(3, f"while pslot{n} >= page_size:")
+            e(4, f"pslot{n} -= page_size")
+            e(4, f"pcol{n} += 1")
+            chunk_page(3, n, f"key0 + {TILE_KEYS} + lk0 + {KSTEP * n}")
+            e(3, f"vpage{n} = page{n}")
+            e(3, f"vslot{n} = pslot{n}")
+            e(3, "cuda.threadfence_block()")
+            for mm in C4:
+                e(3, "wd = U0")
+                e(3, f"if page{n} >= 0:")
+                e(4, f"wd = load_word(k_cache, page{n}, pslot{n}, hk, 16 * lc + {4 * mm})")
+                e(3, "a0, a1, a2, a3 = e4m3x4(wd)")
+                base = f"{KS} + lc * {KS_SL} + {4 * mm * TILE_KEYS} + lk0 + {KSTEP * n}"
+                for k in C4:
+                    e(3, f"st1(sm, {base} + {k * TILE_KEYS}, a{k})")
+    e(2, "if vnan != U0:")
+    e(3, f"st1(sm, {NANV} + (tile & 1), F32_ONE)")
     e(2, "cuda.syncthreads()                               # S3")
 
     e(2, "# ---- C2: tree levels 3-5 and the (m, l) update ----")
@@ -356,13 +426,29 @@ def _source(D):
     e(3, f"vb = {UV} + 4 * pcg")
     e(3, f"hb = {HS} + 8 * prg")
     e(3, f"lb = {LS} + 8 * prg")
+    e(3, "vbo = vb + (W >> 40)       # == vb; loads through it are not merged with vb's")
+    e(3, f"if key0 + {TILE_KEYS} <= min_len or ld1(sm, {NANV} + (tile & 1)) == F32_ZERO:")
+    e(4, "# every row sees every key, or V is finite (p = 0 then adds an exact 0)")
     for half in range(2):
         for jj in range(16):
             j = 16 * half + jj
-            e(3, f"_pv_hi(sm, vb + {j * D}, hb + {j * RC}, vr, {4 * jj}, t)")
+            e(4, f"_pv_hi(sm, vb + {j * D}, hb + {j * RC}, vr, {4 * jj if prefetch else 0}, t)")
         for jj in range(16):
             j = 16 * half + jj
-            e(3, f"_pv_lo(sm, vb, lb + {j * RC}, vr, {4 * jj}, t)")
+            if prefetch:    # the half's 16 V rows are still in registers
+                e(4, f"_pv_lo(sm, vb, lb + {j * RC}, vr, {4 * jj}, t)")
+            else:           # byte path: reload them (64 fewer live registers, no spills)
+                e(4, f"_pv_hi(sm, vbo + {j * D}, lb + {j * RC}, vr, 0, t)")
+    e(3, "else:")
+    e(4, "# a boundary tile with a NaN code in V: frozen's V = 0 for keys a row does not see")
+    e(4, f"sa = {SEEN} + 8 * prg")
+    e(4, "for half in range(2):")
+    e(5, "for jj in range(16):")
+    e(6, "j = 16 * half + jj")
+    e(6, f"_pv_masked(sm, vb + j * {D}, hb + j * {RC}, sa, np.float32(j), t)")
+    e(5, "for jj in range(16):")
+    e(6, "j = 16 * half + jj")
+    e(6, f"_pv_masked(sm, vbo + j * {D}, lb + j * {RC}, sa, np.float32(j), t)")
     e(2, "cuda.syncthreads()                               # S4")
 
     e(1, "# ---- the last O update and the split's record ----")
@@ -393,11 +479,12 @@ exec(compile(_fn_src, _FN_FILE, "exec"), globals())
 
 
 def _make_split_kernel(D, VEC):
-    src = _source(D)
+    src = _source(D, prefetch=VEC)
     filename = f"<dflash2_numba.attention.tiled split D={D} {'vec' if VEC else 'bytes'}>"
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     ns = dict(globals())
     ns["load_chunk"] = _load_chunk_vec if VEC else _load_chunk_bytes
+    ns["load_word"] = _load_word_bytes
     exec(compile(src, filename, "exec"), ns)
     return ns["split_kernel"]
 
@@ -487,12 +574,16 @@ def run(plan, stream) -> None:
         kc, vc = plan.k_cache, plan.v_cache
     kern = _DynShared(_kernels[D, vec], _SMEM_BYTES[D])
     groups = (G * Q + RC - 1) // RC
-    launch("attention.tiled.split", kern, (plan.splits, B * Hkv, groups), NT, stream,
+    launch(_split_name(D, vec), kern, (plan.splits, B * Hkv, groups), NT, stream,
            plan.q, kc, vc, plan.block_table, plan.seq_lens, plan.row_lengths, plan.use_rows,
            plan.page_size, plan.splits, plan.qk_scale, plan.v_scale, plan.partial, plan.lse)
     launch("attention.tiled.combine", frozen.combine_kernel, (B, Q, Hq), frozen.THREADS, stream,
            plan.seq_lens, plan.row_lengths, plan.use_rows, plan.splits,
            plan.partial, plan.lse, plan.out)
+
+
+def _split_name(D, vec):
+    return f"attention.tiled.split.d{D}" + ("" if vec else ".bytes")
 
 
 def _signatures():
@@ -520,11 +611,12 @@ VARIANT = register(Variant(
                 "(row, column) PV tiles in registers; frozen's combine",
     contract="A (q8 verification attention), bit-identical to frozen",
     kernels=tuple(
-        KernelSpec(f"attention.tiled.split.d{D}" + ("" if vec else ".bytes"), _pyfuncs[D, vec],
+        KernelSpec(_split_name(D, vec), _pyfuncs[D, vec],
                    ((_sig_vec if vec else _sig_byte),))
         for D in (256, 128, 64) for vec in (True, False)
     ) + (KernelSpec("attention.tiled.combine", frozen.combine_kernel.py_func,
                     frozen._combine_sigs),),
     run=run,
     supports=supports,
+    bitwise_reference="frozen",
 ))

@@ -1,0 +1,183 @@
+"""Fast attention variants against frozen, byte for byte, on the CUDA simulator.
+
+For each case both variants run into sentinel-filled workspaces; the FP16 output, the whole
+``partial`` and the whole ``lse`` (including the splits >= A that must keep the sentinel)
+must be the same bytes, and every guard must hold. The simulator's dynamic shared memory is
+poisoned (all bits set: NaN) so a read of a shared value nothing wrote cannot pass.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dflash2_numba as d2
+from dflash2_numba.contract import active_splits
+from tests.attention_helpers import case
+
+FAST_VARIANTS = ["tiled"]
+
+
+@pytest.fixture(autouse=True)
+def poisoned_dynamic_shared_memory(monkeypatch):
+    from numba.cuda.simulator import kernelapi
+
+    original = kernelapi.FakeCUDAShared.__init__
+
+    def init(self, dynshared_size):
+        original(self, dynshared_size)
+        self._dynshared[:] = -1
+
+    monkeypatch.setattr(kernelapi.FakeCUDAShared, "__init__", init)
+
+
+def _run(c, variant, splits):
+    B, Q, Hq, D = c["q"].shape
+    ws = d2.AttentionWorkspace(batch=B, q_len=Q, heads=Hq, head_dim=D, splits=splits)
+    ws.fill_sentinel()
+    r = d2.verify_attention(**c, splits=splits, variant=variant, workspace=ws)
+    return r, ws.guards_intact()
+
+
+def _assert_same(c, splits, variant):
+    ref, g_ref = _run(c, "frozen", splits)
+    got, g_got = _run(c, variant, splits)
+    assert g_ref and g_got, "a guard element was written"
+    assert got.out.tobytes() == ref.out.tobytes(), "FP16 output differs from frozen"
+    assert got.partial.tobytes() == ref.partial.tobytes(), "partial differs from frozen"
+    assert got.lse.tobytes() == ref.lse.tobytes(), "lse differs from frozen"
+    return ref
+
+
+# (seed, B, Q, Hq, Hkv, D, page, seq_lens, splits, row_lengths)
+CASES = {
+    # T = 1: one split, one (mostly empty) tile; S > A
+    "T1_q1_g1": (1, 1, 1, 1, 1, 64, 16, [1], 4, None),
+    # T = 33: two tiles in one split (S = A = 1); G = 2, two KV heads, a short second request
+    "T33_q3_g2": (2, 2, 3, 4, 2, 64, 8, [33, 4], 1, None),
+    # T = 129: A = ceil(129/64) = 3 but S = 2 < 3 (A = S); G = 1, Q = 8; page 5 (pages inside tiles)
+    "T129_q8_g1": (3, 1, 8, 2, 2, 64, 5, [129], 2, None),
+    # T = 300, G = 6, Q = 3 (18 rows: a full and a nearly empty row group), S = 8 > A = 5,
+    # rows of zero and negative length, a row shorter than one tile
+    "T300_q3_g6_zero_rows": (4, 1, 3, 6, 1, 64, 32, [300], 8,
+                             np.array([[0, 300, 17]], np.int32)),
+    # D = 256, G = 6, Q = 1 (6 rows), T = 70 -> A = 2 = S; first row group only
+    "T70_d256_q1_g6": (5, 1, 1, 6, 1, 256, 16, [70], 2, None),
+}
+
+
+@pytest.mark.parametrize("variant", FAST_VARIANTS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_bitwise_equal_to_frozen(name, variant):
+    seed, B, Q, Hq, Hkv, D, page, seq, splits, rows = CASES[name]
+    rng = np.random.default_rng(seed)
+    c = case(rng, B=B, Q=Q, Hq=Hq, Hkv=Hkv, D=D, page_size=page, seq_lens=seq,
+             row_lengths=rows, strided=True)
+    ref = _assert_same(c, splits, variant)
+    T = int(rows[0].max()) if rows is not None else seq[0]
+    A = active_splits(T, splits)
+    assert np.all(ref.partial[0, A:] == d2.SENTINEL)
+
+
+@pytest.mark.parametrize("variant", FAST_VARIANTS)
+def test_request_without_keys_and_byte_path(variant, monkeypatch):
+    """A request whose rows see nothing writes nothing; caches whose strides forbid 16-byte
+    loads take the byte path (forced here) with the same bytes."""
+    from dflash2_numba.attention import tiled
+
+    monkeypatch.setattr(tiled, "_u32_view", lambda arr: None)
+    rng = np.random.default_rng(6)
+    rows = np.array([[0, 0], [40, 12]], np.int32)
+    c = case(rng, B=2, Q=2, Hq=2, Hkv=1, D=64, page_size=8, seq_lens=[20, 40],
+             row_lengths=rows, strided=True)
+    ref = _assert_same(c, 3, variant)
+    assert np.all(ref.partial[0] == d2.SENTINEL) and np.all(ref.lse[0] == d2.SENTINEL)
+
+
+def test_u32_view_only_when_16_byte_loads_are_legal():
+    from dflash2_numba.attention import tiled
+    from numba import cuda
+
+    ok = cuda.to_device(np.zeros((3, 4, 2, 64), np.uint8))
+    v = tiled._u32_view(ok)
+    assert v is not None and v.shape == (3, 4, 2, 16) and v.dtype == np.uint32
+
+    class Fake:
+        shape = (3, 4, 2, 64)
+        strides = (4 * 2 * 69, 2 * 69, 69, 1)     # a padded head row: 69-byte stride
+
+    assert tiled._u32_view(Fake()) is None
+
+
+def test_e4m3_bit_decode_ir_matches_the_table():
+    """The GPU decode's LLVM IR (run through numba's CPU target) and its simulator rendering
+    give the decode table's values times 2^-120, bit for bit, NaN codes included."""
+    from numba import njit
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    from dflash2_numba.attention._tiled_ops import decode_ir, e4m3x4_py
+    from dflash2_numba.e4m3 import DECODE_TABLE
+
+    @intrinsic
+    def dec(typingctx, w):
+        sig = types.UniTuple(types.float32, 4)(w)
+
+        def codegen(context, builder, sig, args):
+            return context.make_tuple(builder, sig.return_type, decode_ir(builder, args[0]))
+        return sig, codegen
+
+    @njit
+    def run(ws, out):
+        for i in range(ws.shape[0]):
+            a, b, c, e = dec(ws[i])
+            out[i, 0] = a
+            out[i, 1] = b
+            out[i, 2] = c
+            out[i, 3] = e
+
+    rng = np.random.default_rng(0)
+    ws = np.concatenate([np.arange(256, dtype=np.uint32) * np.uint32(0x01010101),
+                         rng.integers(0, 2 ** 32, 4000, dtype=np.uint64).astype(np.uint32)])
+    got = np.zeros((ws.size, 4), np.float32)
+    run(ws, got)
+    sim = np.array([e4m3x4_py(w) for w in ws], np.float32)
+    tab = (DECODE_TABLE.astype(np.float64) * 2.0 ** -120).astype(np.float32)
+    nan = np.isnan(DECODE_TABLE)
+    tab[nan] = DECODE_TABLE[nan]
+    want = tab[ws.view(np.uint8).reshape(-1, 4)]
+    assert got.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+    assert sim.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+
+
+def test_registry_and_route_counters():
+    v = d2.attention_variants()
+    for name in FAST_VARIANTS:
+        assert "bit-identical to frozen" in v[name]["contract"]
+    rng = np.random.default_rng(15)
+    c = case(rng, B=1, Q=1, Hq=1, Hkv=1, D=64, page_size=16, seq_lens=[5])
+    d2.route_counters(reset=True)
+    d2.verify_attention(**c, splits=2, variant="tiled")
+    assert d2.route_counters() == {"attention.tiled.split.d64": 1, "attention.tiled.combine": 1}
+
+
+def test_unsupported_shape_is_refused():
+    from dflash2_numba.attention import tiled
+
+    with pytest.raises(d2.UnsupportedShape):
+        tiled.supports(dict(B=1, Q=2, Hq=2, Hkv=1, D=96, page_size=16, splits=4))
+
+
+@pytest.mark.parametrize("variant", FAST_VARIANTS)
+@pytest.mark.parametrize("which", ["k_cache", "v_cache"])
+def test_nan_cache_byte_same_bytes_as_frozen(which, variant):
+    """A NaN code (0x7F / 0xFF) in K or V: in a boundary tile (seen by some rows only, the
+    masked PV path) and inside a tile every row sees (the unmasked path)."""
+    rng = np.random.default_rng(31)
+    rows = np.array([[40, 40, 45, 70]], np.int32)
+    c = case(rng, B=1, Q=4, Hq=2, Hkv=1, D=64, page_size=16, seq_lens=[70], strided=False,
+             row_lengths=rows)
+    cache = c[which].copy()
+    bt = c["block_table"][0]
+    for key, col, code in ((43, 7, 0x7F), (10, 3, 0xFF)):
+        cache[bt[key // 16], key % 16, 0, col] = code
+    _assert_same(dict(c, **{which: cache}), 2, variant)
