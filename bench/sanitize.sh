@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck, racecheck and synccheck over bench/sanitize_cases.py, on a GPU.
-# Usage: bash bench/sanitize.sh OUTDIR   (logs: OUTDIR/sanitize_<tool>.log; summary on stdout)
+# Usage: bash bench/sanitize.sh OUTDIR [sanitize_cases.py options, e.g. --family gdn]
+#        (logs: OUTDIR/sanitize_<tool>.log; summary on stdout)
 set -u
 out=${1:-${OUT:-sanitize_out}}
+shift || true
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 status=0
@@ -10,7 +12,7 @@ for tool in memcheck racecheck synccheck; do
   extra=""
   [ "$tool" = memcheck ] && extra="--large"
   compute-sanitizer --tool "$tool" --error-exitcode 9 --print-limit 20 \
-      python3 bench/sanitize_cases.py $extra > "$out/sanitize_$tool.log" 2>&1
+      python3 bench/sanitize_cases.py $extra "$@" > "$out/sanitize_$tool.log" 2>&1
   rc=$?
   summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard" "$out/sanitize_$tool.log" | tail -2 | tr '\n' ' ')
   echo "$tool: exit $rc; $summary"

@@ -58,12 +58,17 @@ def gdn_cases():
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--large", action="store_true", help="also the 262144-token boundary")
+    ap.add_argument("--family", choices=["attention", "gdn", "all"], default="all")
+    ap.add_argument("--variants", default="all", help="'all' or comma-separated variant names")
     args = ap.parse_args()
+    wanted = None if args.variants == "all" else set(args.variants.split(","))
     rng = np.random.default_rng(1)
     ran = 0
-    for name, kw, splits in attention_cases(args.large):
+    for name, kw, splits in (attention_cases(args.large) if args.family != "gdn" else []):
         c = oracle.random_attention_case(rng, strided=False, **kw)
         for variant in d2.attention_variants():
+            if wanted is not None and variant not in wanted:
+                continue
             try:
                 d2.verify_attention(**c, splits=splits, variant=variant)
                 cuda.synchronize()
@@ -71,8 +76,10 @@ def main() -> int:
             except d2.UnsupportedShape:
                 pass
             print(f"attention {variant:<16} {name}", flush=True)
-    for name, c in gdn_cases():
+    for name, c in (gdn_cases() if args.family != "attention" else []):
         for variant in d2.gdn_variants():
+            if wanted is not None and variant not in wanted:
+                continue
             try:
                 d2.gdn_prefill(**c, variant=variant)
                 cuda.synchronize()

@@ -1,0 +1,195 @@
+"""Optimised variants of the GDN ``chunked`` family on the simulator: every variant registered
+with ``bitwise_reference="chunked"`` must give the frozen ``chunked`` kernel's bytes, for the
+FP32 and the FP16 output, the final state, and the state-cache server form (contract C:
+byte comparison; -0.0 != +0.0, NaNs by payload).
+
+Coverage: T = 1, 63, 64, 65, 130; a packed batch with lengths 0 / 1 / 65 / 63 / 5; GVA
+1 / 2 / 3; with and without l2norm and initial state; (K, V) = (32, 32), (64, 32), (128, 128);
+decay edge cases (g = 0, beta = 0 / 1, strong decay); non-finite inputs with the host checks
+off; the server form with numpy and device caches; the variant's own launch knobs.
+The frozen kernel's result of each case is computed once and shared by every variant."""
+import functools
+
+import numpy as np
+import pytest
+
+import oracle
+from dflash2_numba import _registry
+from dflash2_numba._compat import cuda
+from dflash2_numba.gdn import gdn_prefill
+
+VARIANTS = sorted(n for n, v in _registry.variants("gdn").items()
+                  if v.bitwise_reference == "chunked" and n != "chunked")
+SENT = np.float32(-777.0)
+
+
+def _case(seed, *, T, H=1, HV=1, K=32, V=32, B=1, dtype=np.float32, cu=None, state=True):
+    rng = np.random.default_rng(seed)
+    cu = None if cu is None else np.asarray(cu, dtype=np.int32)
+    return oracle.random_gdn_case(rng, B=B, T=T, H=H, HV=HV, K=K, V=V, dtype=dtype,
+                                  cu_seqlens=cu, with_state=state)
+
+
+def _edge_case():
+    """g = 0 with beta = 1, beta = 0, strong decay (E underflows to 0) and a g = 0 token in
+    it, across three chunks."""
+    case = _case(7, T=150)
+    g = case["g"]
+    g[0, :40] = 0.0
+    case["beta"][0, :40] = 1.0
+    case["beta"][0, 40:70] = 0.0
+    g[0, 70:150] = np.random.default_rng(8).uniform(-21.0, -19.0, g[0, 70:150].shape)
+    g[0, 100] = 0.0
+    return case
+
+
+def _nonfinite_case():
+    """NaN / inf in q, k, v (needs check_values=False): the NaNs must land on the same
+    bytes."""
+    case = _case(9, T=70, HV=2)
+    case["v"][0, 3, 1, 5] = np.nan
+    case["k"][0, 66, 0, 2] = np.inf
+    case["q"][0, 10, 0, 0] = -np.inf
+    return case
+
+
+def _no_l2(case):
+    k = case["k"].astype(np.float64)
+    case["k"] = (k / np.linalg.norm(k, axis=-1, keepdims=True)).astype(case["k"].dtype)
+    return case
+
+
+# name -> (builder, gdn_prefill keyword arguments)
+CASES = {
+    "T1": (lambda: _case(101, T=1), {}),
+    "T63": (lambda: _case(102, T=63), {}),
+    "T64": (lambda: _case(103, T=64, state=False), {}),
+    "T65": (lambda: _case(104, T=65), {}),
+    "T130": (lambda: _case(105, T=130), {}),
+    "packed_0_1_65_63_5_gva3_fp16": (
+        lambda: _case(106, T=134, H=1, HV=3, dtype=np.float16, cu=[0, 0, 1, 66, 129, 134]), {}),
+    "gva2_K64_V32_nol2_nostate_fp16": (
+        lambda: _no_l2(_case(107, T=65, H=1, HV=2, K=64, V=32, dtype=np.float16, state=False)),
+        {"use_qk_l2norm": False, "scale": 0.3}),
+    "K128_V128_T20": (lambda: _case(108, T=20, K=128, V=128), {}),
+    "decay_edges": (_edge_case, {}),
+    "nonfinite_nocheck": (_nonfinite_case, {"check_values": False}),
+}
+KNOB_CASE = "knobs_5_65_gva2"
+KNOBS = {KNOB_CASE: (lambda: _case(109, T=70, H=1, HV=2, cu=[0, 5, 70]), {})}
+FP16_CASES = ("gva2_K64_V32_nol2_nostate_fp16",)
+CASE_PARAMS = [pytest.param(n, marks=pytest.mark.filterwarnings("ignore::RuntimeWarning"))
+               if n == "nonfinite_nocheck" else n for n in CASES]
+
+
+@functools.lru_cache(maxsize=None)
+def _inputs(name):
+    return {**CASES, **KNOBS}[name][0]()
+
+
+@functools.lru_cache(maxsize=None)
+def _reference(name, out_dtype):
+    return gdn_prefill(**_inputs(name), variant="chunked", out_dtype=out_dtype,
+                       **{**CASES, **KNOBS}[name][1])
+
+
+def _assert_same(got, ref, what):
+    mm = oracle.first_mismatch(got, ref)
+    assert mm is None, f"{what}: {mm}"
+
+
+pytestmark = pytest.mark.skipif(not VARIANTS, reason="no optimised chunked variant registered")
+
+
+@pytest.mark.parametrize("name", CASE_PARAMS)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_fp32_output_and_state(variant, name):
+    ref_o, ref_s = _reference(name, "float32")
+    o, s = gdn_prefill(**_inputs(name), variant=variant, out_dtype="float32", **CASES[name][1])
+    _assert_same(o, ref_o, f"{variant}/{name}: output (FP32)")
+    _assert_same(s, ref_s, f"{variant}/{name}: final state")
+
+
+@pytest.mark.parametrize("name", FP16_CASES)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_fp16_output_and_state(variant, name):
+    ref_o, ref_s = _reference(name, None)
+    o, s = gdn_prefill(**_inputs(name), variant=variant, **CASES[name][1])
+    assert o.dtype == np.float16
+    _assert_same(o, ref_o, f"{variant}/{name}: output (FP16)")
+    _assert_same(s, ref_s, f"{variant}/{name}: final state")
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_case():
+    case = _case(110, T=45, H=1, HV=2, cu=[0, 20, 20, 45])          # 20, 0, 25 tokens
+    h0 = case.pop("initial_state")
+    idx = np.array([4, 1, 2], dtype=np.int32)
+    cache = np.full((6, 2, 32, 32), SENT, dtype=np.float32)
+    cache[idx] = h0
+    ref_cache = cache.copy()
+    ref_o, s = gdn_prefill(**case, state_cache=ref_cache, state_indices=idx, variant="chunked")
+    assert s is ref_cache
+    return case, idx, cache, ref_o, ref_cache
+
+
+@pytest.mark.parametrize("kind", ["numpy", "device"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_state_cache_server_form(variant, kind):
+    case, idx, cache0, ref_o, ref_cache = _cache_case()
+    cache = cache0.copy()
+    if kind == "numpy":
+        o, s = gdn_prefill(**case, state_cache=cache, state_indices=idx, variant=variant)
+        assert s is cache
+    else:
+        dcache = cuda.to_device(cache)
+        o, s = gdn_prefill(**case, state_cache=dcache, state_indices=cuda.to_device(idx),
+                           variant=variant)
+        assert s is dcache
+        cache = np.asarray(dcache.copy_to_host())
+    _assert_same(o, ref_o, f"{variant}: output (server form)")
+    _assert_same(cache, ref_cache, f"{variant}: whole state cache (slots not named keep -777)")
+
+
+KNOB_RUNS = [("chunked_split", 12, 7), ("chunked_split", 4, 128), ("chunked_pipe", 4, 128)]
+
+
+@pytest.mark.parametrize("variant,cols,threads", KNOB_RUNS)
+def test_launch_knobs_do_not_change_bits(monkeypatch, variant, cols, threads):
+    """chunked_split / chunked_pipe: the state CTA's thread count and column width only move
+    work between threads (128 threads per group of 4 columns switch step 6 to one product
+    and one column group per unit); the bits stay the frozen kernel's."""
+    if variant not in VARIANTS:
+        pytest.skip(f"{variant} not registered")
+    from dflash2_numba.gdn import chunked_split
+
+    ref_o, ref_s = _reference(KNOB_CASE, "float32")
+    monkeypatch.setattr(chunked_split, "COLS", cols)
+    o, s = gdn_prefill(**_inputs(KNOB_CASE), variant=variant, out_dtype="float32",
+                       _threads=threads)
+    _assert_same(o, ref_o, f"{variant} cols={cols} threads={threads}: output")
+    _assert_same(s, ref_s, f"{variant} cols={cols} threads={threads}: final state")
+
+
+ROUTES = {"chunked_split": ({"gdn_split_prep": 1, "gdn_split_state": 1}, {"gdn_split_state": 1}),
+          # one chunk per group on the simulator: groups 0 .. 1, launches 0 .. 2 (the first
+          # pre-pass only, the last state only); empty sequences: one state launch
+          "chunked_pipe": ({"gdn_split_pipe": 2}, {"gdn_split_pipe": 1})}
+
+
+@pytest.mark.parametrize("variant", sorted(ROUTES))
+def test_route_and_empty(variant):
+    """The variant's kernels run as many times as its schedule says; a batch of empty
+    sequences runs no pre-pass and returns the initial states."""
+    if variant not in VARIANTS:
+        pytest.skip(f"{variant} not registered")
+    case = _case(111, T=5)
+    _registry.route_counters(reset=True)
+    o, s = gdn_prefill(**case, variant=variant, output_final_state=False)
+    assert s is None
+    assert _registry.route_counters(reset=True) == ROUTES[variant][0]
+    empty = _case(112, T=0, HV=2, cu=[0, 0, 0])
+    o, s = gdn_prefill(**empty, variant=variant)
+    assert o.shape == (1, 0, 2, 32)
+    _assert_same(s, empty["initial_state"], "empty sequences: final state")
+    assert _registry.route_counters(reset=True) == ROUTES[variant][1]
