@@ -114,3 +114,14 @@ def test_non_finite_q_is_an_error(good):
     _bad(good, "q: must be finite", q=q)
     q[1, 0, 1, 5] = np.inf
     _bad(good, "q: must be finite", q=q)
+
+
+def test_workspace_arguments():
+    for kw, name in [(dict(batch=0), "batch"), (dict(q_len=-1), "q_len"), (dict(heads=1.5), "heads"),
+                     (dict(head_dim=True), "head_dim"), (dict(splits=0), "splits")]:
+        args = dict(batch=1, q_len=2, heads=2, head_dim=64, splits=4)
+        args.update(kw)
+        with pytest.raises((TypeError, ValueError), match=name):
+            d2.AttentionWorkspace(**args)
+    with pytest.raises(TypeError, match="out_dtype"):
+        d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, out_dtype="int8")
