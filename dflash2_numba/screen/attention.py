@@ -72,7 +72,9 @@ def _device_inputs(c: Dict, padded: bool):
     return dev
 
 
-def _time_launch(plan, repeats: int = 7) -> float:
+def time_launches(plan, repeats: int = 7) -> float:
+    """Median CUDA-event time (ms) of ``plan.launch()`` after one warm-up launch; any object
+    with a ``launch()`` method (AttentionPlan, GdnCall)."""
     plan.launch()
     cuda.synchronize()
     start, end = cuda.event(), cuda.event()
@@ -161,7 +163,7 @@ def screen_case(spec: AttentionCaseSpec, variant_names: List[str], *, timing: bo
             if not row.guards:
                 row.fail("guard rows overwritten")
             if timing and state == "live":
-                row.time_ms = _time_launch(p16)
+                row.time_ms = time_launches(p16)
             if progress is not None:
                 progress()
         _bitwise_checks(rows[-len(variant_names):], snaps, registry)

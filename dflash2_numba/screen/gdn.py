@@ -18,27 +18,13 @@ from .. import _registry
 from .._compat import cuda
 from ..contract import SENTINEL
 from ..gdn.api import plan_gdn
-from .attention import FP32_REL_BOUND, Row
+from .attention import FP32_REL_BOUND, Row, time_launches
 from .cases import GdnCaseSpec
 
 
 def _host(x):
     """numpy view of a result (device arrays are copied back)."""
     return x.copy_to_host() if hasattr(x, "copy_to_host") else np.asarray(x)
-
-
-def _time_call(call, repeats: int = 5) -> float:
-    call.launch()
-    cuda.synchronize()
-    start, end = cuda.event(), cuda.event()
-    times = []
-    for _ in range(repeats):
-        start.record()
-        call.launch()
-        end.record()
-        end.synchronize()
-        times.append(cuda.event_elapsed_time(start, end))
-    return float(np.median(times))
 
 
 def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
@@ -116,7 +102,7 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
         if cache_after[idx].tobytes() != h.tobytes():
             row.fail("state cache: written slots differ from the plain form's final state")
         if timing:
-            row.time_ms = _time_call(plain)
+            row.time_ms = time_launches(plain, repeats=5)
         if progress is not None:
             progress()
     for r in rows:
