@@ -44,6 +44,7 @@ import numpy as np
 from numba import types
 
 from .._compat import SIMULATOR, cuda
+from .._dynshared import DynShared
 from .._registry import KernelSpec, UnsupportedShape, Variant, launch, register
 from ..contract import EXP_CLAMP, MAX_GROUP, MAX_Q, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
 from . import frozen
@@ -499,43 +500,6 @@ for _D in (64, 128, 256):
         _kernels[_D, _vec] = cuda.jit(_f)
 
 
-class _DynShared:
-    """``kernel[grid, block, stream]`` -> the same launch with ``nbytes`` of dynamic shared
-    memory; on a GPU it first raises the kernel's dynamic shared-memory limit (once per
-    compiled overload) when ``nbytes`` exceeds the default 48 KB."""
-
-    def __init__(self, kernel, nbytes):
-        self.kernel = kernel
-        self.nbytes = nbytes
-
-    def __getitem__(self, cfg):
-        grid, block, stream = cfg
-        cfgd = self.kernel[grid, block, stream, self.nbytes]
-
-        def go(*args):
-            if not SIMULATOR and self.nbytes > 48 * 1024:
-                _raise_smem_limit(self.kernel, args, self.nbytes)
-            cfgd(*args)
-        return go
-
-
-_limit_done = set()
-
-
-def _raise_smem_limit(kernel, args, nbytes):
-    argtypes = tuple(kernel.typeof_pyval(a) for a in args)
-    key = (id(kernel), argtypes)
-    if key in _limit_done:
-        return
-    from numba.cuda.cudadrv.driver import binding, driver
-
-    compiled = kernel.compile(argtypes)
-    cufunc = compiled._codelibrary.get_cufunc()
-    attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    driver.cuKernelSetAttribute(attr, int(nbytes), cufunc.handle, cufunc.device.id)
-    _limit_done.add(key)
-
-
 def _u32_view(arr):
     """The cache as uint32 [P, S, H, D/4] when 16-byte loads are legal, else None."""
     shape = tuple(arr.shape)
@@ -572,7 +536,7 @@ def run(plan, stream) -> None:
     vec = kc is not None and vc is not None
     if not vec:
         kc, vc = plan.k_cache, plan.v_cache
-    kern = _DynShared(_kernels[D, vec], _SMEM_BYTES[D])
+    kern = DynShared(_kernels[D, vec], _SMEM_BYTES[D])
     groups = (G * Q + RC - 1) // RC
     launch(_split_name(D, vec), kern, (plan.splits, B * Hkv, groups), NT, stream,
            plan.q, kc, vc, plan.block_table, plan.seq_lens, plan.row_lengths, plan.use_rows,

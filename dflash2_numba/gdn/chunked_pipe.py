@@ -33,14 +33,64 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from numba import types
+
 from .. import _registry
 from .._compat import SIMULATOR, cuda
 from . import chunked_split as S
 from ._common import C, MAXD, GdnPlan
+from ._split_ops import N_MS, N_TS, N_XS, SHARED_ALIGN, VS
+from ._split_prep import prep_item
+from ._split_state import state_item
+
+if SIMULATOR:
+    # The simulator swaps in its fake ``cuda`` module only in the globals of the kernel's
+    # own module and of simulated device functions; the two entry points live in other
+    # modules, so call them as simulated device functions here (the GPU path is unchanged).
+    prep_item = cuda.jit(device=True)(prep_item)
+    state_item = cuda.jit(device=True)(state_item)
 
 PIPE_NAME = "gdn_split_pipe"
 THREADS = 32 if SIMULATOR else 128
 STAGES = int(os.environ.get("DFLASH2_GDN_PIPE_STAGES", "8") or 8)
+
+
+def gdn_split_pipe_kernel(q, k, v, g, beta, o, h0, h0_idx, hT, hT_idx, seqs, items, chunks,
+                          pitems, scr, hbuf, F, scale, use_l2, n_state, p0, ci_lo, ci_hi):
+    """The pipelined form (variant ``chunked_pipe``): CTAs ``b < n_state`` run the state pass
+    of item ``b`` over chunks ``ci_lo <= ci < ci_hi``; the others run the pre-pass of items
+    ``pitems[p0 + b - n_state]`` (slot, q/k head) of the next group of chunks. Nothing in one
+    launch reads what another CTA of the same launch writes."""
+    Ms = cuda.shared.array(N_MS, np.float32, SHARED_ALIGN)   # prep: staging, S | G^T; state: h
+    Ts = cuda.shared.array(N_TS, np.float32, SHARED_ALIGN)   # prep: D -> A, T^T;   state: vn
+    Xs = cuda.shared.array(N_XS, np.float32, SHARED_ALIGN)   # prep: X / Y slab;    state: qh*gamma
+    ga = cuda.shared.array(C, np.float32)
+    bs = cuda.shared.array(C, np.float32)
+    gm = cuda.shared.array(C, np.float32)
+    dl = cuda.shared.array(C, np.float32)
+    rk = cuda.shared.array(C, np.float32)
+    rq = cuda.shared.array(C, np.float32)
+    b = cuda.blockIdx.x
+    if b < n_state:
+        state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, hbuf, F, q.shape[2], q.shape[3],
+                   b, ci_lo, ci_hi, Ms, Ts, Xs)
+    else:
+        e = p0 + b - n_state
+        prep_item(q, k, v, g, beta, chunks, scr, F, scale, use_l2, pitems[e, 0], pitems[e, 1],
+                  Ms, Ts, Xs, ga, bs, gm, dl, rk, rq)
+
+
+_pipe = cuda.jit(gdn_split_pipe_kernel)
+
+
+def _pipe_signatures():
+    i32, f32 = types.int32, types.float32
+    return tuple((S._arr(din, 4), S._arr(din, 4), S._arr(din, 4), S._arr(f32, 3), S._arr(f32, 3),
+                  S._arr(dout, 4), S._arr(f32, 4), S._arr(i32, 1), S._arr(f32, 4), S._arr(i32, 1),
+                  S._arr(i32, 2), S._arr(i32, 2), S._arr(i32, 2), S._arr(i32, 2), S._arr(f32, 1),
+                  S._arr(f32, 1), i32, f32, i32, i32, i32, i32, i32)
+                 for din, dout in ((types.float16, types.float16), (types.float16, types.float32),
+                                   (types.float32, types.float32)))
 
 
 def _schedule(nslots: int, seqs: np.ndarray, H: int, stages: int):
@@ -96,7 +146,7 @@ def prepare(plan: GdnPlan, stream) -> None:
     plan.scratch = SimpleNamespace(
         chunks=cuda.to_device(chunks, stream=stream), items=cuda.to_device(items, stream=stream),
         pitems=cuda.to_device(pitems, stream=stream), scr=scr, F=np.int32(F),
-        hbuf=cuda.device_array(max(1, items.shape[0]) * MAXD * S.VS, dtype=np.float32,
+        hbuf=cuda.device_array(max(1, items.shape[0]) * MAXD * VS, dtype=np.float32,
                                stream=stream),
         launches=launches, threads=threads, cols=w, chunks_per_group=P)
 
@@ -108,7 +158,7 @@ def run(plan: GdnPlan, stream) -> None:
         prepare(plan, stream)
     s = plan.scratch
     for grid, n_state, p0, ci_lo, ci_hi in s.launches:
-        _registry.launch(PIPE_NAME, S._pipe, grid, s.threads, stream,
+        _registry.launch(PIPE_NAME, _pipe, grid, s.threads, stream,
                          plan.q, plan.k, plan.v, plan.g, plan.beta, plan.o, plan.h0,
                          plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items, s.chunks,
                          s.pitems, s.scr, s.hbuf, s.F, plan.scale, plan.use_l2,
@@ -122,7 +172,7 @@ VARIANT = _registry.register(_registry.Variant(
                 "chunks (one kernel, S + 1 launches: state pass of group s-1 beside the "
                 "pre-pass of group s), bit-identical to chunked",
     contract="B (GDN prefill), chunked family: bit-identical to chunked",
-    kernels=(_registry.KernelSpec(PIPE_NAME, S.gdn_split_pipe_kernel, S._pipe_signatures()),),
+    kernels=(_registry.KernelSpec(PIPE_NAME, gdn_split_pipe_kernel, _pipe_signatures()),),
     run=run,
     supports=S.supports,
     bitwise_reference="chunked",
