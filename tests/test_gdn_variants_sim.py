@@ -171,6 +171,21 @@ def test_launch_knobs_do_not_change_bits(monkeypatch, variant, cols, threads):
     _assert_same(s, ref_s, f"{variant} cols={cols} threads={threads}: final state")
 
 
+@pytest.mark.parametrize("stage_kp", ["0", "1"])
+def test_state_staging_does_not_change_bits(monkeypatch, stage_kp):
+    """chunked_split's state pass with and without Kd / P^T staged in shared memory (the
+    device's shared-memory size picks one at plan time): same bits as the frozen kernel."""
+    if "chunked_split" not in VARIANTS:
+        pytest.skip("chunked_split not registered")
+    from dflash2_numba.gdn import chunked_split
+
+    ref_o, ref_s = _reference(KNOB_CASE, "float32")
+    monkeypatch.setattr(chunked_split, "STAGE_KP", stage_kp)
+    o, s = gdn_prefill(**_inputs(KNOB_CASE), variant="chunked_split", out_dtype="float32")
+    _assert_same(o, ref_o, f"chunked_split stage_kp={stage_kp}: output")
+    _assert_same(s, ref_s, f"chunked_split stage_kp={stage_kp}: final state")
+
+
 ROUTES = {"chunked_split": ({"gdn_split_prep": 1, "gdn_split_state": 1}, {"gdn_split_state": 1}),
           # one chunk per group on the simulator: groups 0 .. 1, launches 0 .. 2 (the first
           # pre-pass only, the last state only); empty sequences: one state launch
