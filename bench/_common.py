@@ -92,6 +92,11 @@ def versions() -> Dict[str, Optional[str]]:
 
 
 def git_commit() -> Dict[str, object]:
+    if os.environ.get("DFLASH2_COMMIT"):
+        # the caller names the commit its tree was archived from (a lent GPU machine runs a
+        # copy, possibly inside some other checkout whose HEAD says nothing about it)
+        return {"git_commit": os.environ["DFLASH2_COMMIT"], "git_dirty": None}
+
     def run(*args):
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                               timeout=20)
@@ -100,9 +105,6 @@ def git_commit() -> Dict[str, object]:
         commit = r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else "unknown"
     except Exception:  # noqa: BLE001
         commit = "unknown"
-    if commit == "unknown" and os.environ.get("DFLASH2_COMMIT"):
-        # a copy of the tree without .git (e.g. a lent GPU machine): the caller names it
-        return {"git_commit": os.environ["DFLASH2_COMMIT"], "git_dirty": None}
     dirty = None
     if commit != "unknown":
         try:

@@ -146,7 +146,9 @@ def target_cc(cc=(7, 0)):
         dispatcher.get_current_device, compiler.get_current_device = saved
 
 
-def compile_ptx_cc(pyfunc, signature, cc=(7, 0)):
+def compile_ptx_cc(pyfunc, signature, cc=(7, 0), launch_bounds=None):
     """PTX for ``pyfunc`` at ``cc`` with the package's exact-FP32 flags (no GPU needed)."""
     with exact_fp32(), target_cc(cc):
-        return cuda.compile_ptx(pyfunc, signature, cc=cc)
+        if launch_bounds is None:
+            return cuda.compile_ptx(pyfunc, signature, cc=cc)
+        return cuda.compile_ptx(pyfunc, signature, cc=cc, launch_bounds=launch_bounds)

@@ -48,6 +48,7 @@ class KernelSpec:
     name: str
     pyfunc: Callable
     signatures: Tuple[Tuple[Any, ...], ...]
+    launch_bounds: Any = None       # as the variant's cuda.jit uses it (ptxas register cap)
 
 
 @dataclass(frozen=True)

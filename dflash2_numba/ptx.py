@@ -129,7 +129,8 @@ def build_reports(cc=(7, 0), family: Optional[str] = None) -> List[KernelReport]
         for sig in spec.signatures:
             r = KernelReport(fam, vname, spec.name, _sig_text(sig))
             try:
-                ptx, _ = compile_ptx_cc(spec.pyfunc, sig, cc=cc)
+                ptx, _ = compile_ptx_cc(spec.pyfunc, sig, cc=cc,
+                                        launch_bounds=getattr(spec, "launch_bounds", None))
                 r.fp64_instructions = count_fp64(ptx)
                 if ptxas is None:
                     r.error = "no ptxas that targets sm_70 (install the cuda12 extra)"

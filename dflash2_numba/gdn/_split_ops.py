@@ -109,39 +109,31 @@ else:
 
         return signature(ntypes.float32, a, i), codegen
 
-    _V2 = ir.VectorType(ir.FloatType(), 2)
+    def _vector_load(width):
+        """An intrinsic ``(a, i) -> a[i .. i + width - 1]`` of a 1-D float32 array as one
+        ``4 * width``-byte load (``i`` a multiple of ``width``, the array aligned to that)."""
+        vty = ir.VectorType(ir.FloatType(), width)
+        rty = ntypes.UniTuple(ntypes.float32, width)
 
-    @intrinsic
-    def ld2(typingctx, a, i):
-        """``a[i], a[i+1]`` of a 1-D float32 array as one 8-byte load (``i`` even, the array
-        8-byte aligned)."""
-        if not _ok(a, i):
-            return None
-        rty = ntypes.UniTuple(ntypes.float32, 2)
+        def load(typingctx, a, i):
+            if not _ok(a, i):
+                return None
 
-        def codegen(context, builder, sig, args):
-            p = _ptr(context, builder, sig, args)
-            vec = builder.load(builder.bitcast(p, _V2.as_pointer(p.type.addrspace)), align=8)
-            vals = [builder.extract_element(vec, ir.Constant(ir.IntType(32), t)) for t in range(2)]
-            return context.make_tuple(builder, rty, vals)
+            def codegen(context, builder, sig, args):
+                p = _ptr(context, builder, sig, args)
+                vec = builder.load(builder.bitcast(p, vty.as_pointer(p.type.addrspace)),
+                                   align=4 * width)
+                vals = [builder.extract_element(vec, ir.Constant(ir.IntType(32), t))
+                        for t in range(width)]
+                return context.make_tuple(builder, rty, vals)
 
-        return signature(rty, a, i), codegen
+            return signature(rty, a, i), codegen
 
-    @intrinsic
-    def ld4(typingctx, a, i):
-        """``a[i .. i+3]`` of a 1-D float32 array as one 16-byte load (``i`` a multiple of 4,
-        the array 16-byte aligned)."""
-        if not _ok(a, i):
-            return None
-        rty = ntypes.UniTuple(ntypes.float32, 4)
+        load.__name__ = f"ld{width}"
+        return intrinsic(load)
 
-        def codegen(context, builder, sig, args):
-            p = _ptr(context, builder, sig, args)
-            vec = builder.load(builder.bitcast(p, _V4.as_pointer(p.type.addrspace)), align=16)
-            vals = [builder.extract_element(vec, ir.Constant(ir.IntType(32), t)) for t in range(4)]
-            return context.make_tuple(builder, rty, vals)
-
-        return signature(rty, a, i), codegen
+    ld2 = _vector_load(2)     # one 8-byte load
+    ld4 = _vector_load(4)     # one 16-byte load
 
     @intrinsic
     def st4(typingctx, a, i, x):

@@ -30,34 +30,8 @@ def dot_h(scr, p, stride, hs, ph, n, ncg):
     """``acc_c = 0; for t = 0 .. n-1: acc_c = fma(scr[p + t*stride], hs[ph + t*VS + c], acc_c)``
     for the ``4 * ncg`` columns c (ncg <= 3; one scr load feeds every column); three
     4-tuples."""
-    a0 = (ZERO, ZERO, ZERO, ZERO)
-    a1 = a0
-    a2 = a0
-    t = 0
-    if ncg == 3:
-        while t < n:
-            x = ld1(scr, p)
-            a0 = fma4(x, ld4(hs, ph), a0)
-            a1 = fma4(x, ld4(hs, ph + 4), a1)
-            a2 = fma4(x, ld4(hs, ph + 8), a2)
-            p += stride
-            ph += VS
-            t += 1
-    elif ncg == 2:
-        while t < n:
-            x = ld1(scr, p)
-            a0 = fma4(x, ld4(hs, ph), a0)
-            a1 = fma4(x, ld4(hs, ph + 4), a1)
-            p += stride
-            ph += VS
-            t += 1
-    else:
-        while t < n:
-            a0 = fma4(ld1(scr, p), ld4(hs, ph), a0)
-            p += stride
-            ph += VS
-            t += 1
-    return a0, a1, a2
+    z = (ZERO, ZERO, ZERO, ZERO)
+    return upd_h(scr, p, stride, hs, ph, z, z, z, n, ncg)
 
 
 @_dev

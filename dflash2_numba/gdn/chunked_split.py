@@ -18,12 +18,14 @@ What it changes (only the things chunked.py's docstring lists as free)
   reuses the bits for the ``HV / H`` value heads that read it (A and P, which involve beta
   and D, are formed per value head exactly as in chunked).
 * Row norms: the same chain as ``row_recip`` (``ss = fma(x_m, x_m, ss)``, m ascending; add
-  eps, IEEE sqrt, IEEE division), on rows staged through shared memory 64 columns at a time
+  eps, IEEE sqrt, IEEE division), on rows staged through shared memory 32 columns at a time
   (the partial sum waits in shared memory between blocks). ``kn_jm = k_jm * r_j`` is
-  recomputed where needed (X, Kd), giving the same bits as the stored one.
+  recomputed where needed (once per staged slab, used for both X and Kd), giving the same
+  bits as the stored one. Global accesses of the pre-pass use 32-bit offsets from per-thread
+  base pointers (:mod:`._split_prep_io`).
 * Register tiling: G / S in 4 x 4 tiles; W / U in 4 x 4 tiles (T is kept transposed so
-  that ``T[i0..i0+3, j]`` is one 16-byte load); step 6 one row x (4 or w) columns of one
-  product; step 7 two rows (p, L-1-p) x 4 columns; step 8 one row m x w columns. Every tile
+  that ``T[i0..i0+3, j]`` is one 16-byte load); step 6 (and qh) two rows x 4 columns of one
+  product; step 7 two rows (p, L-1-p) x 4 columns; step 8 two rows x 4 columns. Every tile
   keeps one accumulator per output scalar and runs that scalar's chain in chunked's order
   (m ascending; j ascending) from chunked's initial value, so tiling changes no bit.
 * The forward substitution runs column by column (one thread per column m of T, rows in
@@ -32,8 +34,10 @@ What it changes (only the things chunked.py's docstring lists as free)
   only A and its own earlier entries T_jm (j < i), so the solve needs no barrier
   (chunked: one per row). A is stored in place of D (lower triangle), T transposed in the
   upper triangle.
-* Barriers per chunk in the state pass: 2 (chunked: L + 6). L1 prefetches (no value
-  effect) bring the chunk's Kd / P^T and the next chunk's W^T / qs^T in ahead of use.
+* Barriers per chunk in the state pass: 2 (chunked: L + 6). The state pass stages the
+  chunk's W^T / qs^T, and where the device's shared memory allows (227 KB on sm_90; not on
+  sm_70's 96 KB) its Kd / P^T, in dynamic shared memory with bursts of 16-byte loads (exact
+  copies; :mod:`._split_state`); L1 prefetches (no value effect) bring the next chunk in.
 
 What it keeps
 -------------
@@ -58,8 +62,9 @@ production shape (T = 65536, H = 4, HV = 12, K = V = 128) this is 1024 x 1.64 MB
 ``items [n, 5]`` (sequence, value head, first column, width, first slot).
 
 Knobs (plan time): ``DFLASH2_GDN_SPLIT_COLS`` (state columns per CTA: 4, 8 or 12; default
-automatic) and ``DFLASH2_GDN_SPLIT_THREADS`` (state CTA threads, at most 384; default 128
-per group of 4 columns).
+automatic), ``DFLASH2_GDN_SPLIT_THREADS`` (state CTA threads, at most 320; default one per
+phase-2 unit, 288 at K = 128, w = 12) and ``DFLASH2_GDN_STAGE_KP`` (``auto``, ``1``, ``0``:
+stage Kd / P^T in shared memory too).
 """
 from __future__ import annotations
 
@@ -100,8 +105,9 @@ def slot_floats(H: int, HV: int, K: int, V: int) -> int:
 _prep = cuda.jit(gdn_split_prep_kernel)
 # (launch bounds: ptxas keeps the state kernel within the registers that MAX_STATE_THREADS
 # threads may hold on one SM; the simulator has no such option)
+STATE_LAUNCH_BOUNDS = (MAX_STATE_THREADS, 1)
 _state = (cuda.jit(gdn_split_state_kernel) if SIMULATOR
-          else cuda.jit(gdn_split_state_kernel, launch_bounds=(MAX_STATE_THREADS, 1)))
+          else cuda.jit(gdn_split_state_kernel, launch_bounds=STATE_LAUNCH_BOUNDS))
 
 
 # --- host side --------------------------------------------------------------------------
@@ -244,7 +250,8 @@ VARIANT = _registry.register(_registry.Variant(
                 "state pass per (sequence, value head, <= 12 columns), 2 barriers per chunk",
     contract="B (GDN prefill), chunked family: bit-identical to chunked",
     kernels=(_registry.KernelSpec(PREP_NAME, gdn_split_prep_kernel, _prep_signatures()),
-             _registry.KernelSpec(STATE_NAME, gdn_split_state_kernel, _state_signatures())),
+             _registry.KernelSpec(STATE_NAME, gdn_split_state_kernel, _state_signatures(),
+                                  launch_bounds=STATE_LAUNCH_BOUNDS)),
     run=run,
     supports=supports,
     bitwise_reference="chunked",
