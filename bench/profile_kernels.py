@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Where the time of the fast variants goes, on a GPU: the one-call profiling script behind
+the "second round" figures of ``bench/RESULTS.md`` (issues 7 and 8).
+
+Modes
+  ``gdn``       at the per-rank GDN shape (B=1, H=4, HV=12, K=V=128, FP16, T from --T):
+                byte equality of ``chunked_split`` / ``chunked_pipe`` with the frozen
+                ``chunked`` (output and final state); then CUDA-event medians of the whole
+                ``chunked_split`` call, its pre-pass alone and its state pass alone; then the
+                state pass under each ``--sweep`` entry ``COLSxTHREADSxSTAGE_KP``
+                (e.g. ``12x288x1,12x288x0``); then ``chunked_pipe``.
+  ``leave-out`` the state pass with parts switched off (copies, phase-1 fma loops, phase-2
+                fma loops; see :mod:`bench._state_leave_one_out`), results discarded: the
+                time each part costs.
+  ``gdn-once``  one ``chunked_split`` call (to run under ``ncu -k regex:gdn_split``).
+  ``attn-once`` one ``tiled`` (``--attn-variant``) attention launch at 261888 tokens, production
+                shape (to run under ``ncu -k regex:split_kernel``).
+
+Timing: CUDA events around ``--inner`` back-to-back launches after one warm-up launch,
+median of ``--reps``. Writes ``profile_<mode>.json`` to --out. Example (one device call):
+``python3 bench/profile_kernels.py gdn --out $OUT --sweep 12x288x1,12x288x0``;
+``ncu --clock-control none --section SpeedOfLight --section WarpStateStats
+--section SourceCounters -k regex:gdn_split python3 bench/profile_kernels.py gdn-once``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import dflash2_numba as d2  # noqa: E402  (numpy shim before numba)
+from dflash2_numba import _registry  # noqa: E402
+from dflash2_numba.gdn import chunked_split as S  # noqa: E402
+from numba import cuda  # noqa: E402
+
+_T0 = time.time()
+
+
+def log(*a):
+    print(f"[{time.time() - _T0:6.1f}s]", *a, flush=True)
+
+
+def event_median_ms(fn, reps=5, inner=3):
+    """Median over ``reps`` of the CUDA-event time of ``inner`` launches, after a warm-up."""
+    start, stop = cuda.event(), cuda.event()
+    fn()
+    cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start.record()
+        for _ in range(inner):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cuda.event_elapsed_time(start, stop) / inner)
+    return float(np.median(times))
+
+
+def gdn_inputs(T, seed=1):
+    rng = np.random.default_rng(seed)
+    B, H, HV, K, V = 1, 4, 12, 128, 128
+    dev = cuda.to_device
+    return dict(q=dev(rng.standard_normal((B, T, H, K)).astype(np.float16)),
+                k=dev(rng.standard_normal((B, T, H, K)).astype(np.float16)),
+                v=dev(rng.standard_normal((B, T, HV, V)).astype(np.float16)),
+                g=dev(rng.uniform(-1, -0.01, (B, T, HV)).astype(np.float32)),
+                beta=dev(rng.uniform(0, 1, (B, T, HV)).astype(np.float32)))
+
+
+def host(x):
+    return x.copy_to_host() if hasattr(x, "copy_to_host") else np.asarray(x)
+
+
+def split_launchers(call):
+    """The two kernels of a planned ``chunked_split`` call, launchable one at a time."""
+    p, s = call.plan, call.plan.scratch
+
+    def prep():
+        _registry.launch(S.PREP_NAME, S._prep, s.nslots * p.H, s.prep_threads, 0,
+                         p.q, p.k, p.v, p.g, p.beta, s.chunks, s.scr, s.F, p.scale, p.use_l2)
+
+    def state():
+        _registry.launch(S.STATE_NAME, s.state_kernel, s.n_items, s.state_threads, 0,
+                         p.o, p.h0, p.h0_idx, p.hT, p.hT_idx, p.seqs, s.items, s.scr, s.F,
+                         np.int32(p.H), np.int32(p.K), s.stage_kp)
+    return prep, state
+
+
+def mode_gdn(args, inputs):
+    def plan(variant):
+        return d2.plan_gdn(**inputs, variant=variant, check_values=False)
+
+    rows = []
+    ref = plan("chunked")
+    ref.launch()
+    cuda.synchronize()
+    ro, rs = (host(x) for x in ref.results())
+    for name in ("chunked_split", "chunked_pipe"):
+        call = plan(name)
+        call.launch()
+        cuda.synchronize()
+        vo, vs = (host(x) for x in call.results())
+        rows.append(dict(what=f"bitwise {name} vs chunked T={args.T}",
+                         out=vo.tobytes() == ro.tobytes(), state=vs.tobytes() == rs.tobytes()))
+        log(rows[-1])
+    call = plan("chunked_split")
+    call.launch()
+    cuda.synchronize()
+    prep, state = split_launchers(call)
+    s = call.plan.scratch
+    rows.append(dict(what="chunked_split full", cols=s.cols, thr=s.state_threads,
+                     kp=int(s.stage_kp), ms=event_median_ms(call.launch, args.reps, args.inner)))
+    rows.append(dict(what="prep only", ms=event_median_ms(prep, args.reps, args.inner)))
+    rows.append(dict(what="state only", cols=s.cols, thr=s.state_threads,
+                     ms=event_median_ms(state, args.reps, args.inner)))
+    for entry in [e for e in args.sweep.split(",") if e]:
+        cols, thr, kp = (int(x) for x in entry.split("x"))
+        S.COLS, S.STATE_THREADS, S.STAGE_KP = cols, thr, str(kp)
+        c2 = plan("chunked_split")
+        c2.launch()
+        cuda.synchronize()
+        _, st2 = split_launchers(c2)
+        s2 = c2.plan.scratch
+        rows.append(dict(what="state only", cols=s2.cols, thr=s2.state_threads,
+                         kp=int(s2.stage_kp), smem=s2.smem, items=s2.n_items,
+                         ms=event_median_ms(st2, 3, 1)))
+        log(rows[-1])
+    S.COLS, S.STATE_THREADS, S.STAGE_KP = 0, 0, "auto"
+    pipe = plan("chunked_pipe")
+    pipe.launch()
+    cuda.synchronize()
+    rows.append(dict(what="chunked_pipe full", ms=event_median_ms(pipe.launch, 3, 1)))
+    return rows
+
+
+def mode_leave_out(args, inputs):
+    from bench import _state_leave_one_out as X
+    from dflash2_numba._compat import exact_fp32
+    from dflash2_numba._dynshared import DynShared
+
+    call = d2.plan_gdn(**inputs, variant="chunked_split", check_values=False)
+    call.launch()
+    cuda.synchronize()
+    p, s = call.plan, call.plan.scratch
+    kern = DynShared(X.kernel, s.smem)
+    rows = []
+    for skip, name in ((0, "full"), (1, "no copies"), (2, "no phase-1 fma"),
+                       (4, "no phase-2 fma"), (6, "copies only"), (3, "phase-2 fma only"),
+                       (5, "phase-1 fma only"), (7, "loop + barriers only")):
+        def go(skip=skip):
+            with exact_fp32():
+                kern[s.n_items, s.state_threads, 0](
+                    p.o, p.h0, p.h0_idx, p.hT, p.hT_idx, p.seqs, s.items, s.scr, s.F,
+                    np.int32(p.H), np.int32(p.K), s.stage_kp, np.int32(skip))
+        rows.append(dict(skip=skip, what=name, ms=event_median_ms(go, 3, 1)))
+        log(rows[-1])
+    return rows
+
+
+def mode_attn_once(args):
+    D, HQ, PAGE, ctx = 256, 6, 3296, 261888
+    pages = -(-ctx // PAGE) + 1
+    rng = np.random.default_rng(3)
+    caches = []
+    for _ in range(2):
+        c = rng.integers(0, 256, (pages, PAGE, 1, D), dtype=np.uint8)
+        c[(c & 0x7F) == 0x7F] = 0x10              # no NaN codes: the fast path throughout
+        caches.append(cuda.to_device(c))
+    q = cuda.to_device(rng.standard_normal((1, 8, HQ, D)).astype(np.float16))
+    ws = d2.AttentionWorkspace(batch=1, q_len=8, heads=HQ, head_dim=D, splits=80)
+    plan = d2.plan_attention(q, caches[0], caches[1], np.arange(pages, dtype=np.int32)[None, :],
+                             np.array([ctx], np.int32), scale=D ** -0.5,
+                             variant=args.attn_variant, workspace=ws)
+    plan.launch()
+    cuda.synchronize()
+    return [dict(what=f"attention {args.attn_variant} one layer at {ctx}",
+                 ms=event_median_ms(plan.launch, args.reps, args.inner))]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("mode", choices=["gdn", "leave-out", "gdn-once", "attn-once"])
+    ap.add_argument("--T", type=int, default=65536)
+    ap.add_argument("--sweep", default="", help="state-pass configurations COLSxTHREADSxSTAGE_KP")
+    ap.add_argument("--attn-variant", default="tiled")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--inner", type=int, default=3)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args(argv)
+    if args.mode == "attn-once":
+        rows = mode_attn_once(args)
+    else:
+        inputs = gdn_inputs(args.T)
+        if args.mode == "gdn-once":
+            call = d2.plan_gdn(**inputs, variant="chunked_split", check_values=False)
+            call.launch()
+            cuda.synchronize()
+            rows = [dict(what="chunked_split launched once")]
+        elif args.mode == "gdn":
+            rows = mode_gdn(args, inputs)
+        else:
+            rows = mode_leave_out(args, inputs)
+    for r in rows:
+        print(r)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    Path(args.out, f"profile_{args.mode}.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
