@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import textwrap
 
-from dflash2_numba._compat import cuda
+from dflash2_numba._compat import SIMULATOR, cuda
 from dflash2_numba.gdn import _split_state
 
 # (original text, replacement) pairs; each must occur exactly once in staged_state_item
@@ -47,6 +47,8 @@ def _build():
         item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, cuda.blockIdx.x, stage_kp,
              sm, skip)
 
+    if SIMULATOR:       # (the simulator's jit has no launch bounds)
+        return cuda.jit(leave_out_kernel)
     from dflash2_numba.gdn.chunked_split import STATE_LAUNCH_BOUNDS
     return cuda.jit(leave_out_kernel, launch_bounds=STATE_LAUNCH_BOUNDS)
 
