@@ -76,6 +76,27 @@ def sub4(a, b):
 
 
 @_dev
+def item_layout(o, seqs, items, F, H, K, it):
+    """Work item ``it`` of the state pass and where its chunk data lives: ``(n, hv, c0, w,
+    batch row, first token, length, V, K*C, first float of the sequence's first slot, and
+    the slot offsets of qs^T, W^T, Kd, U, P^T, gamma)`` (integers only)."""
+    n = items[it, 0]
+    hv = items[it, 1]
+    HV = o.shape[2]
+    V = o.shape[3]
+    hq = hv // (HV // H)
+    KC = K * C
+    o_qs = hq * 2 * KC + KC
+    o_w = H * 2 * KC + hv * (2 * KC + C * V + C * C + C)
+    o_kd = o_w + KC
+    o_u = o_w + 2 * KC
+    o_p = o_u + C * V
+    o_g = o_p + C * C
+    return (n, hv, items[it, 2], items[it, 3], seqs[n, 0], seqs[n, 1], seqs[n, 2], V, KC,
+            items[it, 4] * np.int64(F), o_qs, o_w, o_kd, o_u, o_p, o_g)
+
+
+@_dev
 def state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, hbuf, F, H, K, it, ci_lo, ci_hi,
                hs, vn, oq):
     """Steps 6-8 of chunked for work item ``it`` over the chunks ``ci_lo <= ci < ci_hi`` of
@@ -85,24 +106,8 @@ def state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, hbuf, F, H, K, it, c
     at least N_HS, N_VS, N_VS floats (16-byte aligned)."""
     tid = cuda.threadIdx.x
     nthr = cuda.blockDim.x
-    n = items[it, 0]
-    hv = items[it, 1]
-    c0 = items[it, 2]
-    w = items[it, 3]
-    bb = seqs[n, 0]
-    bos = seqs[n, 1]
-    ln = seqs[n, 2]
-    HV = o.shape[2]
-    V = o.shape[3]
-    hq = hv // (HV // H)
-    KC = K * C
-    sb = items[it, 4] * np.int64(F)          # first float of the sequence's first slot
-    o_qs = hq * 2 * KC + KC
-    o_w = H * 2 * KC + hv * (2 * KC + C * V + C * C + C)
-    o_kd = o_w + KC
-    o_u = o_w + 2 * KC
-    o_p = o_u + C * V
-    o_g = o_p + C * C
+    n, hv, c0, w, bb, bos, ln, V, KC, sb, o_qs, o_w, o_kd, o_u, o_p, o_g = item_layout(
+        o, seqs, items, F, H, K, it)
     ncg = w // 4
     nch = (ln + C - 1) // C
     lo = min(ci_lo, nch)
@@ -360,24 +365,8 @@ def staged_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, 
     :func:`staged_threads` threads give every phase-2 unit its own thread."""
     tid = cuda.threadIdx.x
     nthr = cuda.blockDim.x
-    n = items[it, 0]
-    hv = items[it, 1]
-    c0 = items[it, 2]
-    w = items[it, 3]
-    bb = seqs[n, 0]
-    bos = seqs[n, 1]
-    ln = seqs[n, 2]
-    HV = o.shape[2]
-    V = o.shape[3]
-    hq = hv // (HV // H)
-    KC = K * C
-    sb = items[it, 4] * np.int64(F)          # first float of the sequence's first slot
-    o_qs = hq * 2 * KC + KC
-    o_w = H * 2 * KC + hv * (2 * KC + C * V + C * C + C)
-    o_kd = o_w + KC
-    o_u = o_w + 2 * KC
-    o_p = o_u + C * V
-    o_g = o_p + C * C
+    n, hv, c0, w, bb, bos, ln, V, KC, sb, o_qs, o_w, o_kd, o_u, o_p, o_g = item_layout(
+        o, seqs, items, F, H, K, it)
     off_kp = OFF_WQ + 2 * KC
     ncg = w // 4
     nh = K // 2
