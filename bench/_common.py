@@ -495,6 +495,43 @@ def plot_series(path: Path, title: str, xlabel: str, ylabel: str,
         return f"plot failed: {type(exc).__name__}: {exc}"
 
 
+def write_outputs(out_dir, stem: str, record: dict, md_lines: Sequence[str], title: str,
+                  xlabel: str, ylabel: str, series: List[dict]) -> None:
+    """A benchmark's three files in ``out_dir``: ``<stem>.png`` (:func:`plot_series`; a
+    plotting failure becomes a note in the record), ``<stem>.json`` (the record, with the
+    file names added) and ``<stem>.md`` (``md_lines``)."""
+    out = Path(out_dir)
+    png = out / f"{stem}.png"
+    err = plot_series(png, title, xlabel, ylabel, series)
+    if err:
+        record["notes"].append(err)
+    record["files"] = {"json": str(out / f"{stem}.json"), "markdown": str(out / f"{stem}.md"),
+                       "plot": None if err else str(png)}
+    write_json(out / f"{stem}.json", record)
+    (out / f"{stem}.md").write_text("\n".join(md_lines) + "\n")
+    log(f"wrote {', '.join(v for v in record['files'].values() if v)}")
+
+
+def bench_parser(doc: str, smoke_help: str):
+    """The argument parser every benchmark starts from: its description, ``--out`` and
+    ``--smoke``; numba's grid-size advice on small launches is silenced here too (noise in
+    a benchmark log)."""
+    import argparse
+    import warnings
+
+    try:
+        from numba.core.errors import NumbaPerformanceWarning
+
+        warnings.simplefilter("ignore", NumbaPerformanceWarning)
+    except Exception:  # noqa: BLE001
+        pass
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=None, help="output folder (default $OUT, else ./bench_out)")
+    p.add_argument("--smoke", action="store_true", help=smoke_help)
+    return p
+
+
 def import_optional(name: str):
     """(module, None) or (None, reason)."""
     try:

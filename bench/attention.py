@@ -36,13 +36,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import gc  # noqa: E402
 import inspect  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
-import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -63,20 +61,8 @@ SCALE_K = 0.75                   # k_scale and v_scale: not 1, so the scale path
 SCALE_V = 1.25
 MIN_REPS = 3                     # graph replays (or eager rounds) per timed trial, at least
 
-try:  # numba's grid-size advice on every small launch is noise here
-    from numba.core.errors import NumbaPerformanceWarning
-
-    warnings.simplefilter("ignore", NumbaPerformanceWarning)
-except Exception:  # noqa: BLE001
-    pass
-
-
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=None, help="output folder (default $OUT, else ./bench_out)")
-    p.add_argument("--smoke", action="store_true",
-                   help="tiny configuration (runs on the CUDA simulator; no graphs, no torch)")
+    p = C.bench_parser(__doc__, "tiny configuration (runs on the CUDA simulator; no graphs, no torch)")
     p.add_argument("--contexts", default=None,
                    help="comma-separated context lengths (seq_lens, incl. the Q new tokens)")
     p.add_argument("--variants", default="all", help="comma-separated attention variants, or 'all'")
@@ -733,17 +719,9 @@ def finish(record, out_dir: Path, cfg) -> int:
             r = next((r for r in results if r["context"] == c and key in r), None)
             ys.append(r[key] if r else None)
         series.append({"label": label, "x": ctxs, "y": ys, "style": "k:" if "FP32" in label else "k-."})
-    out = Path(out_dir)
-    png = out / "attention.png"
-    err = C.plot_series(png, f"q8 attention, {cfg['layers']} layers, {meta.get('device')}",
-                        "context (tokens)", f"ms per {cfg['layers']} layers", series)
-    if err:
-        record["notes"].append(err)
-    record["files"] = {"json": str(out / "attention.json"), "markdown": str(out / "attention.md"),
-                       "plot": None if err else str(png)}
-    C.write_json(out / "attention.json", record)
-    (out / "attention.md").write_text("\n".join(md) + "\n")
-    C.log(f"wrote {', '.join(v for v in record['files'].values() if v)}")
+    C.write_outputs(out_dir, "attention", record, md,
+                    f"q8 attention, {cfg['layers']} layers, {meta.get('device')}",
+                    "context (tokens)", f"ms per {cfg['layers']} layers", series)
 
     print(ceil_line)
     print(C.text_table(headers, rows))

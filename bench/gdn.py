@@ -32,12 +32,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import argparse  # noqa: E402
 import gc  # noqa: E402
 import inspect  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
-import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -53,20 +51,8 @@ SMOKE = dict(B=1, H=1, HV=2, K=32, V=32, lengths=[70], acc_length=70)
 TORCH_DEVICE = "cuda"            # (a CPU dry run of the torch code paths sets "cpu")
 G_RANGE = (-1.0, -0.01)          # log decay, uniform (as oracle.random_gdn_case)
 
-try:
-    from numba.core.errors import NumbaPerformanceWarning
-
-    warnings.simplefilter("ignore", NumbaPerformanceWarning)
-except Exception:  # noqa: BLE001
-    pass
-
-
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=None, help="output folder (default $OUT, else ./bench_out)")
-    p.add_argument("--smoke", action="store_true",
-                   help="tiny configuration (runs on the CUDA simulator; no torch)")
+    p = C.bench_parser(__doc__, "tiny configuration (runs on the CUDA simulator; no torch)")
     p.add_argument("--lengths", default=None, help="comma-separated sequence lengths T")
     p.add_argument("--variants", default="all", help="comma-separated GDN variants, or 'all'")
     p.add_argument("--trials", type=int, default=None, help="timed trials per item (default 7)")
@@ -551,17 +537,9 @@ def finish(record, out_dir: Path, cfg) -> None:
     Ts = sorted({r["length"] for r in results})
     ys = [next((r.get("floor_fp32_ms") for r in results if r["length"] == t), None) for t in Ts]
     series.append({"label": "FP32 floor (130 kFLOP/token/head)", "x": Ts, "y": ys, "style": "k:"})
-    out = Path(out_dir)
-    png = out / "gdn.png"
-    err = C.plot_series(png, f"GDN prefill B={cfg['B']} H={cfg['H']} HV={cfg['HV']} K=V={cfg['K']}, "
-                             f"{meta.get('device')}", "sequence length T", "ms per call", series)
-    if err:
-        record["notes"].append(err)
-    record["files"] = {"json": str(out / "gdn.json"), "markdown": str(out / "gdn.md"),
-                       "plot": None if err else str(png)}
-    C.write_json(out / "gdn.json", record)
-    (out / "gdn.md").write_text("\n".join(md) + "\n")
-    C.log(f"wrote {', '.join(v for v in record['files'].values() if v)}")
+    C.write_outputs(out_dir, "gdn", record, md,
+                    f"GDN prefill B={cfg['B']} H={cfg['H']} HV={cfg['HV']} K=V={cfg['K']}, "
+                    f"{meta.get('device')}", "sequence length T", "ms per call", series)
     print(ceil_line)
     print(C.text_table(headers, rows))
     if acc_rows:
