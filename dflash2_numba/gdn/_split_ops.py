@@ -39,11 +39,6 @@ if SIMULATOR:
         return (_fma(a, b[0], c[0]), _fma(a, b[1], c[1]), _fma(a, b[2], c[2]),
                 _fma(a, b[3], c[3]))
 
-    def fma4v(a, b, c):
-        """``(fma(a0, b, c0), .., fma(a3, b, c3))``: four independent chains, one step each."""
-        return (_fma(a[0], b, c[0]), _fma(a[1], b, c[1]), _fma(a[2], b, c[2]),
-                _fma(a[3], b, c[3]))
-
     def ld1(a, i):
         return a[i]
 
@@ -79,12 +74,6 @@ else:
         """``(fma(a, b0, c0), .., fma(a, b3, c3))``: four independent chains, one step each."""
         return (cuda.fma(a, b[0], c[0]), cuda.fma(a, b[1], c[1]), cuda.fma(a, b[2], c[2]),
                 cuda.fma(a, b[3], c[3]))
-
-    @cuda.jit(device=True)
-    def fma4v(a, b, c):
-        """``(fma(a0, b, c0), .., fma(a3, b, c3))``: four independent chains, one step each."""
-        return (cuda.fma(a[0], b, c[0]), cuda.fma(a[1], b, c[1]), cuda.fma(a[2], b, c[2]),
-                cuda.fma(a[3], b, c[3]))
 
     def _ok(a, i):
         return (isinstance(a, ntypes.Array) and a.ndim == 1 and a.dtype == ntypes.float32

@@ -37,14 +37,8 @@ if SIMULATOR:
     def stx(a, off, x):
         a[off] = x
 
-    def st4x(a, off, x):
-        a[off] = x[0]
-        a[off + 1] = x[1]
-        a[off + 2] = x[2]
-        a[off + 3] = x[3]
-
-    def ld4x(a, off):
-        return (a[off], a[off + 1], a[off + 2], a[off + 3])
+    # on numpy views a 16-byte access is the plain element-wise one of _split_ops
+    from ._split_ops import ld4 as ld4x, st4 as st4x  # noqa: F401
 
     def st1(a, i, x):
         a[i] = x
