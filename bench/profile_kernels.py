@@ -4,15 +4,16 @@ the "second round" figures of ``bench/RESULTS.md`` (issues 7 and 8).
 
 Modes
   ``gdn``       at the per-rank GDN shape (B=1, H=4, HV=12, K=V=128, FP16, T from --T):
-                byte equality of ``chunked_split`` / ``chunked_pipe`` with the frozen
-                ``chunked`` (output and final state); then CUDA-event medians of the whole
-                ``chunked_split`` call, its pre-pass alone and its state pass alone; then the
-                state pass under each ``--sweep`` entry ``COLSxTHREADSxSTAGE_KP``
-                (e.g. ``12x288x1,12x288x0``); then ``chunked_pipe``.
+                for each of ``--variants``, byte equality with the frozen ``chunked``
+                (output and final state) and the CUDA-event median of the whole call (and of
+                the pre-pass / state pass alone for ``chunked_split`` and ``chunked_ws``);
+                then ``chunked_split``'s state pass under each ``--sweep`` entry
+                ``COLSxTHREADSxSTAGE_KP`` (e.g. ``12x288x1,12x288x0``) and ``chunked_ws``'s
+                under each ``--ws-sweep`` entry ``COLSxCOMPUTExCOPYxSTAGE_KP`` (byte-checked).
   ``leave-out`` the state pass with parts switched off (copies, phase-1 fma loops, phase-2
                 fma loops; see :mod:`bench._state_leave_one_out`), results discarded: the
                 time each part costs.
-  ``gdn-once``  one ``chunked_split`` call (to run under ``ncu -k regex:gdn_split``).
+  ``gdn-once``  one ``--gdn-variant`` call (to run under ``ncu -k regex:gdn_``).
   ``attn-once`` one ``tiled`` (``--attn-variant``) attention launch at 261888 tokens, production
                 shape (to run under ``ncu -k regex:split_kernel``).
 
@@ -96,7 +97,22 @@ def split_launchers(call):
     return prep, state
 
 
+def ws_state_launcher(call):
+    """The state kernel of a planned ``chunked_ws`` call alone."""
+    from dflash2_numba.gdn import chunked_ws as W
+
+    p, s = call.plan, call.plan.scratch
+
+    def state():
+        _registry.launch(W.STATE_NAME, s.ws.kernel, s.n_items, int(s.ws.ncomp) + s.ws.ncopy, 0,
+                         p.o, p.h0, p.h0_idx, p.hT, p.hT_idx, p.seqs, s.items, s.scr, s.F,
+                         np.int32(p.H), np.int32(p.K), s.ws.stage_kp, s.ws.ncomp)
+    return state
+
+
 def mode_gdn(args, inputs):
+    from dflash2_numba.gdn import chunked_ws as W
+
     def plan(variant):
         return d2.plan_gdn(**inputs, variant=variant, check_values=False)
 
@@ -105,7 +121,8 @@ def mode_gdn(args, inputs):
     ref.launch()
     cuda.synchronize()
     ro, rs = (host(x) for x in ref.results())
-    for name in ("chunked_split", "chunked_pipe"):
+    variants = [v for v in args.variants.split(",") if v]
+    for name in variants:
         call = plan(name)
         call.launch()
         cuda.synchronize()
@@ -113,16 +130,22 @@ def mode_gdn(args, inputs):
         rows.append(dict(what=f"bitwise {name} vs chunked T={args.T}",
                          out=vo.tobytes() == ro.tobytes(), state=vs.tobytes() == rs.tobytes()))
         log(rows[-1])
-    call = plan("chunked_split")
-    call.launch()
-    cuda.synchronize()
-    prep, state = split_launchers(call)
-    s = call.plan.scratch
-    rows.append(dict(what="chunked_split full", cols=s.cols, thr=s.state_threads,
-                     kp=int(s.stage_kp), ms=event_median_ms(call.launch, args.reps, args.inner)))
-    rows.append(dict(what="prep only", ms=event_median_ms(prep, args.reps, args.inner)))
-    rows.append(dict(what="state only", cols=s.cols, thr=s.state_threads,
-                     ms=event_median_ms(state, args.reps, args.inner)))
+        rows.append(dict(what=f"{name} full", ms=event_median_ms(call.launch, args.reps,
+                                                                  args.inner)))
+        log(rows[-1])
+        if name == "chunked_split":
+            prep, state = split_launchers(call)
+            s = call.plan.scratch
+            rows.append(dict(what="prep only", ms=event_median_ms(prep, args.reps, args.inner)))
+            rows.append(dict(what="chunked_split state only", cols=s.cols, thr=s.state_threads,
+                             kp=int(s.stage_kp), ms=event_median_ms(state, args.reps, args.inner)))
+            log(rows[-2:])
+        if name == "chunked_ws":
+            s = call.plan.scratch
+            rows.append(dict(what="chunked_ws state only", cols=s.cols, comp=int(s.ws.ncomp),
+                             copy=s.ws.ncopy, kp=int(s.ws.stage_kp),
+                             ms=event_median_ms(ws_state_launcher(call), args.reps, args.inner)))
+            log(rows[-1])
     for entry in [e for e in args.sweep.split(",") if e]:
         cols, thr, kp = (int(x) for x in entry.split("x"))
         S.COLS, S.STATE_THREADS, S.STAGE_KP = cols, thr, str(kp)
@@ -131,15 +154,24 @@ def mode_gdn(args, inputs):
         cuda.synchronize()
         _, st2 = split_launchers(c2)
         s2 = c2.plan.scratch
-        rows.append(dict(what="state only", cols=s2.cols, thr=s2.state_threads,
+        rows.append(dict(what="chunked_split state only", cols=s2.cols, thr=s2.state_threads,
                          kp=int(s2.stage_kp), smem=s2.smem, items=s2.n_items,
                          ms=event_median_ms(st2, 3, 1)))
         log(rows[-1])
-    S.COLS, S.STATE_THREADS, S.STAGE_KP = 0, 0, "auto"
-    pipe = plan("chunked_pipe")
-    pipe.launch()
-    cuda.synchronize()
-    rows.append(dict(what="chunked_pipe full", ms=event_median_ms(pipe.launch, 3, 1)))
+    for entry in [e for e in args.ws_sweep.split(",") if e]:
+        cols, comp, copy, kp = (int(x) for x in entry.split("x"))
+        S.COLS, S.STATE_THREADS, S.STAGE_KP, W.COPY_THREADS = cols, comp, str(kp), copy
+        c2 = plan("chunked_ws")
+        c2.launch()
+        cuda.synchronize()
+        vo, vs = (host(x) for x in c2.results())
+        s2 = c2.plan.scratch
+        rows.append(dict(what="chunked_ws state only", cols=s2.cols, comp=int(s2.ws.ncomp),
+                         copy=s2.ws.ncopy, kp=int(s2.ws.stage_kp), smem=s2.ws.smem,
+                         bitwise=vo.tobytes() == ro.tobytes() and vs.tobytes() == rs.tobytes(),
+                         ms=event_median_ms(ws_state_launcher(c2), 3, 1)))
+        log(rows[-1])
+    S.COLS, S.STATE_THREADS, S.STAGE_KP, W.COPY_THREADS = 0, 0, "auto", 96
     return rows
 
 
@@ -192,6 +224,11 @@ def main(argv=None):
     ap.add_argument("mode", choices=["gdn", "leave-out", "gdn-once", "attn-once"])
     ap.add_argument("--T", type=int, default=65536)
     ap.add_argument("--sweep", default="", help="state-pass configurations COLSxTHREADSxSTAGE_KP")
+    ap.add_argument("--ws-sweep", default="",
+                    help="chunked_ws state-pass configurations COLSxCOMPUTExCOPYxSTAGE_KP")
+    ap.add_argument("--variants", default="chunked_split,chunked_ws,chunked_pipe",
+                    help="gdn mode: the variants checked byte for byte and timed")
+    ap.add_argument("--gdn-variant", default="chunked_split", help="gdn-once: the variant")
     ap.add_argument("--attn-variant", default="tiled")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--inner", type=int, default=3)
@@ -202,10 +239,10 @@ def main(argv=None):
     else:
         inputs = gdn_inputs(args.T)
         if args.mode == "gdn-once":
-            call = d2.plan_gdn(**inputs, variant="chunked_split", check_values=False)
+            call = d2.plan_gdn(**inputs, variant=args.gdn_variant, check_values=False)
             call.launch()
             cuda.synchronize()
-            rows = [dict(what="chunked_split launched once")]
+            rows = [dict(what=f"{args.gdn_variant} launched once")]
         elif args.mode == "gdn":
             rows = mode_gdn(args, inputs)
         else:

@@ -188,36 +188,52 @@ def fit_threads(kernel, args, want: int) -> int:
     return max(32, min(want, (65536 // per_warp) * 32))
 
 
-def prepare(plan: GdnPlan, stream) -> None:
-    """Plan time: the chunk and item tables and the global scratch (every launch after
-    this allocates nothing, so it can be captured in a CUDA graph)."""
+def prepare_scratch(plan: GdnPlan, stream) -> SimpleNamespace:
+    """Plan time, shared with :mod:`.chunked_ws`: the chunk and item tables, the global
+    scratch and the pre-pass configuration."""
     chunks, nslots, items, w = _tables(plan, stream)
     F = slot_floats(plan.H, plan.HV, plan.K, plan.V)
     if SIMULATOR:
-        sthreads = SIM_STATE_THREADS
         # (the simulator's uninitialised memory could hold anything; the partial 4-row
         # tiles read rows past L that are never stored, so give them zeros there)
         scr = cuda.to_device(np.zeros(max(nslots, 1) * F, dtype=np.float32), stream=stream)
     else:
-        sthreads = STATE_THREADS or staged_threads(plan.K, w)
         scr = cuda.device_array(max(nslots, 1) * F, dtype=np.float32, stream=stream)
+    return SimpleNamespace(
+        chunks=cuda.to_device(chunks, stream=stream), items=cuda.to_device(items, stream=stream),
+        scr=scr, F=np.int32(F), nslots=nslots, n_items=int(items.shape[0]), cols=w,
+        prep_threads=PREP_THREADS)
+
+
+def stage_kp_choice(floats_with_kp: int) -> bool:
+    """Whether the state pass also stages Kd / P^T (``DFLASH2_GDN_STAGE_KP``; ``auto``:
+    when ``floats_with_kp`` floats of dynamic shared memory fit the device)."""
+    if str(STAGE_KP) == "auto":
+        return 4 * floats_with_kp <= max_dynamic_shared()
+    return str(STAGE_KP) not in ("0", "False", "false", "")
+
+
+def prepare(plan: GdnPlan, stream) -> None:
+    """Plan time: the chunk and item tables and the global scratch (every launch after
+    this allocates nothing, so it can be captured in a CUDA graph)."""
+    s = prepare_scratch(plan, stream)
+    if SIMULATOR:
+        sthreads = SIM_STATE_THREADS
+    else:
+        sthreads = STATE_THREADS or staged_threads(plan.K, s.cols)
     if plan.threads:
         sthreads = plan.threads
     sthreads = max(1, min(MAX_STATE_THREADS, sthreads))
-    d_items = cuda.to_device(items, stream=stream)
-    if str(STAGE_KP) == "auto":
-        stage_kp = 4 * staged_floats(plan.K, True) <= max_dynamic_shared()
-    else:
-        stage_kp = str(STAGE_KP) not in ("0", "False", "false", "")
+    stage_kp = stage_kp_choice(staged_floats(plan.K, True))
     smem = 4 * staged_floats(plan.K, stage_kp)
     sthreads = fit_threads(_state, (plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx,
-                                    plan.seqs, d_items, scr, np.int32(F), np.int32(plan.H),
+                                    plan.seqs, s.items, s.scr, s.F, np.int32(plan.H),
                                     np.int32(plan.K), np.int32(stage_kp)), sthreads)
-    plan.scratch = SimpleNamespace(
-        chunks=cuda.to_device(chunks, stream=stream), items=d_items,
-        scr=scr, F=np.int32(F), nslots=nslots, n_items=int(items.shape[0]), cols=w,
-        state_threads=sthreads, prep_threads=PREP_THREADS, stage_kp=np.int32(stage_kp),
-        state_kernel=DynShared(_state, smem), smem=smem)
+    s.state_threads = sthreads
+    s.stage_kp = np.int32(stage_kp)
+    s.state_kernel = DynShared(_state, smem)
+    s.smem = smem
+    plan.scratch = s
 
 
 def run(plan: GdnPlan, stream) -> None:

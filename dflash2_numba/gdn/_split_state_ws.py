@@ -1,0 +1,231 @@
+"""The sequential state pass of variant ``chunked_ws``: steps 6-8 of the frozen
+:mod:`.chunked` order, with the CTA split into *compute* threads and *copy* threads.
+
+The compute threads run exactly :func:`._split_state.staged_state_item`'s fma chains (the
+same tiles, the same order, the same initial values; only where U and gamma are read from
+changes: shared memory instead of global). The copy threads (whole warps after the compute
+warps) move the chunk data from the pre-pass scratch into shared memory *while the compute
+threads work on the other phase*, so no compute thread waits on an L2 round trip:
+
+* during phase 1 of chunk ``ci`` (vn = U - W h, qh * gamma), which reads W^T / qs^T / U
+  and gamma, they copy chunk ``ci``'s Kd / P^T (read only in phase 2);
+* during phase 2 of chunk ``ci`` (state update, output), which reads Kd / P^T / vn / qh and
+  gamma_{L-1}, they copy chunk ``ci + 1``'s W^T / qs^T / U (read only in phase 1) and its
+  gamma into the other of two gamma buffers.
+
+Each region is written in the phase in which nobody reads it, and the block barrier that
+ends each phase orders every write before its reads, so there are still two barriers per
+chunk and no other synchronisation. Every copy is an exact FP32 move.
+
+Without Kd / P^T staging (sm_70's 96 KB of shared memory), phase 2 reads them from global
+memory as in ``staged_state_item``, and the copy threads L1-prefetch them during phase 1.
+
+Dynamic shared memory, float32 offsets: state slice ``[K][VS]``, vn ``[C][VS]``,
+qh * gamma ``[C][VS]``, W^T | qs^T ``[2][K][C]``, (Kd ``[C][K]`` | P^T ``[C][C]``),
+U slice ``[C][VS]``, gamma ``[2][C]``.
+"""
+from __future__ import annotations
+
+from numba import types
+
+from .._compat import cuda
+from ._common import C, ZERO
+from ._split_ops import N_HS, N_VS, VS, _dev, ld1, ld2, ld4, pf1, st4
+from ._split_state import (OFF_OQ, OFF_VN, OFF_WQ, item_layout, rows2, scale4, stage_two,
+                           sub4, upd_h)
+
+_F32 = types.float32        # (the dynamic shared array's dtype, as the simulator wants it)
+
+
+def ws_offsets(K: int, stage_kp: bool):
+    """``(U slice, gamma buffers, total)`` float offsets of the dynamic shared memory."""
+    off_u = OFF_WQ + 2 * K * C + ((C * K + C * C) if stage_kp else 0)
+    off_g = off_u + C * VS
+    return off_u, off_g, off_g + 2 * C
+
+
+def ws_floats(K: int, stage_kp: bool) -> int:
+    """Dynamic shared memory of :func:`gdn_ws_state_kernel` in floats."""
+    return ws_offsets(K, stage_kp)[2]
+
+
+@_dev
+def _ug_addr(e, nu, ncg, bu, V, du, bg, dg):
+    """Source and destination of float4 number ``e`` of the U slice (``C`` rows of ``ncg``
+    float4, global row stride V, shared row stride VS) followed by gamma (``C / 4`` float4)."""
+    if e < nu:
+        i = e // ncg
+        g4 = 4 * (e - i * ncg)
+        return bu + i * V + g4, du + i * VS + g4
+    j4 = 4 * (e - nu)
+    return bg + j4, dg + j4
+
+
+@_dev
+def stage_ug(dst, src, bu, V, ncg, du, bg, dg, ptid, nprod):
+    """Copy the chunk's U slice and gamma (exact), three 16-byte loads per thread in flight."""
+    nu = C * ncg
+    n = nu + C // 4
+    e = ptid
+    while e < n:
+        s0, d0 = _ug_addr(e, nu, ncg, bu, V, du, bg, dg)
+        x0 = ld4(src, s0)
+        e1 = e + nprod
+        e2 = e + 2 * nprod
+        s1, d1 = _ug_addr(min(e1, n - 1), nu, ncg, bu, V, du, bg, dg)
+        x1 = ld4(src, s1)
+        s2, d2 = _ug_addr(min(e2, n - 1), nu, ncg, bu, V, du, bg, dg)
+        x2 = ld4(src, s2)
+        st4(dst, d0, x0)
+        if e1 < n:
+            st4(dst, d1, x1)
+        if e2 < n:
+            st4(dst, d2, x2)
+        e += 3 * nprod
+
+
+@_dev
+def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,
+                  ncomp, sm):
+    """Steps 6-8 of chunked for work item ``it`` over every chunk of its sequence; threads
+    ``tid < ncomp`` compute (the tiles of ``staged_state_item``), the others copy (see the
+    module docstring). A CTA-wide call: every thread passes the same barriers."""
+    tid = cuda.threadIdx.x
+    nthr = cuda.blockDim.x
+    n, hv, c0, w, bb, bos, ln, V, KC, sb, o_qs, o_w, o_kd, o_u, o_p, o_g = item_layout(
+        o, seqs, items, F, H, K, it)
+    off_kp = OFF_WQ + 2 * KC
+    off_u = off_kp + ((KC + C * C) if stage_kp != 0 else 0)
+    off_g = off_u + C * VS
+    ncg = w // 4
+    nh = K // 2
+    nch = (ln + C - 1) // C
+    n4 = KC // 4                             # float4 of W^T (= of qs^T, = of Kd)
+    ptid = tid - ncomp                       # copy-thread number (< 0: a compute thread)
+    nprod = nthr - ncomp
+    cu = c0 + o_u                            # the U slice's first column in the slot
+
+    i0 = h0_idx[n]
+    for e in range(tid, K * w, nthr):
+        m = e // w
+        c = e - m * w
+        if i0 >= 0:
+            sm[m * VS + c] = h0[i0, hv, m, c0 + c]
+        else:
+            sm[m * VS + c] = ZERO
+    if nch > 0 and ptid >= 0:
+        stage_ug(sm, scr, sb + cu, V, ncg, off_u, sb + o_g, off_g, ptid, nprod)
+        stage_two(sm, OFF_WQ, OFF_WQ + KC, scr, sb + o_w, n4, sb + o_qs, n4, ptid, nprod)
+    cuda.syncthreads()
+
+    for ci in range(nch):
+        cs = ci * C
+        L = min(C, ln - cs)
+        t0 = bos + cs
+        gb = off_g + (ci & 1) * C            # this chunk's gamma buffer
+
+        # ---- phase 1 (compute threads): chunked step 6 (wh = sum_m W_im h_mc, m ascending;
+        # vn = U - wh) and step 7's qh = sum_m qs_im h_mc, m ascending, then qh * gamma_i.
+        # Copy threads: this chunk's Kd / P^T (or an L1 prefetch of them).
+        if ptid >= 0:
+            if stage_kp != 0:
+                stage_two(sm, off_kp, off_kp + KC, scr, sb + o_kd, n4, sb + o_p,
+                          (C * C) // 4, ptid, nprod)
+            else:
+                e = ptid
+                while e < KC // 32:
+                    pf1(scr, sb + o_kd + 32 * e)
+                    e += nprod
+                e = ptid
+                while e < (C * C) // 32:
+                    pf1(scr, sb + o_p + 32 * e)
+                    e += nprod
+        else:
+            for u in range(tid, (C // 2) * 2 * ncg, ncomp):
+                r0 = 2 * (u % (C // 2))
+                g = u // (C // 2)
+                which = 0
+                if g >= ncg:
+                    which = 1
+                    g = g - ncg
+                c4 = 4 * g
+                z4 = (ZERO, ZERO, ZERO, ZERO)
+                a0, a1 = rows2(sm, OFF_WQ + which * KC + r0, C, sm, c4, z4, z4, K)
+                pr = r0 * VS + c4
+                if which == 0:
+                    pu = off_u + pr
+                    st4(sm, OFF_VN + pr, sub4(ld4(sm, pu), a0))
+                    st4(sm, OFF_VN + pr + VS, sub4(ld4(sm, pu + VS), a1))
+                else:
+                    g2 = ld2(sm, gb + r0)
+                    st4(sm, OFF_OQ + pr, scale4(a0, g2[0]))
+                    st4(sm, OFF_OQ + pr + VS, scale4(a1, g2[1]))
+        cuda.syncthreads()
+
+        # ---- phase 2 (compute threads): chunked step 8 (h' = h * gamma_{L-1}, then
+        # fma(Kd_jm, vn_jc, h') for j = 0 .. L-1, in place) and step 7 (o = qh * gamma,
+        # then fma(P_ij, vn_jc, o) for j = 0 .. i). Copy threads: the next chunk's W^T /
+        # qs^T / U slice and its gamma (into the other gamma buffer).
+        if ptid >= 0:
+            if ci + 1 < nch:
+                sn = sb + F
+                stage_ug(sm, scr, sn + cu, V, ncg, off_u, sn + o_g,
+                         off_g + ((ci + 1) & 1) * C, ptid, nprod)
+                stage_two(sm, OFF_WQ, OFF_WQ + KC, scr, sn + o_w, n4, sn + o_qs, n4,
+                          ptid, nprod)
+        else:
+            gl = ld1(sm, gb + L - 1)
+            half = (L + 1) // 2
+            n2 = nh * ncg
+            for u in range(tid, n2 + half * ncg, ncomp):
+                if u < n2:
+                    g = u // nh
+                    m0 = 2 * (u - g * nh)
+                    c4 = 4 * g
+                    ph = m0 * VS + c4
+                    a0 = scale4(ld4(sm, ph), gl)
+                    a1 = scale4(ld4(sm, ph + VS), gl)
+                    if stage_kp != 0:
+                        a0, a1 = rows2(sm, off_kp + m0, K, sm, OFF_VN + c4, a0, a1, L)
+                    else:
+                        a0, a1 = rows2(scr, sb + o_kd + m0, K, sm, OFF_VN + c4, a0, a1, L)
+                    st4(sm, ph, a0)
+                    st4(sm, ph + VS, a1)
+                else:
+                    u2 = u - n2
+                    g = u2 // half
+                    p = u2 - g * half
+                    c4 = 4 * g
+                    i = p
+                    for rep in range(2):
+                        if rep == 1:
+                            i = L - 1 - p
+                        if rep == 0 or i != p:
+                            acc = ld4(sm, OFF_OQ + i * VS + c4)
+                            if stage_kp != 0:
+                                acc, d1, d2 = upd_h(sm, off_kp + KC + i, C, sm, OFF_VN + c4,
+                                                    acc, acc, acc, i + 1, 1)
+                            else:
+                                acc, d1, d2 = upd_h(scr, sb + o_p + i, C, sm, OFF_VN + c4,
+                                                    acc, acc, acc, i + 1, 1)
+                            ob = c0 + c4
+                            o[bb, t0 + i, hv, ob] = acc[0]
+                            o[bb, t0 + i, hv, ob + 1] = acc[1]
+                            o[bb, t0 + i, hv, ob + 2] = acc[2]
+                            o[bb, t0 + i, hv, ob + 3] = acc[3]
+        cuda.syncthreads()
+        sb += F
+
+    i1 = hT_idx[n]
+    if i1 >= 0:
+        for e in range(tid, K * w, nthr):
+            m = e // w
+            c = e - m * w
+            hT[i1, hv, m, c0 + c] = sm[m * VS + c]
+
+
+def gdn_ws_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, stage_kp,
+                        ncomp):
+    sm = cuda.shared.array(0, _F32)
+    ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, cuda.blockIdx.x,
+                  stage_kp, ncomp, sm)

@@ -1,0 +1,116 @@
+"""GDN prefill, ``chunked`` family, optimised variant ``chunked_ws``: bit-identical to the
+frozen :mod:`dflash2_numba.gdn.chunked` kernel (output and final state, every input).
+
+It is :mod:`.chunked_split` (the same parallel pre-pass kernel ``gdn_split_prep`` and the
+same scratch) with a *warp-specialised* state pass (kernel ``gdn_ws_state``,
+:mod:`._split_state_ws`): the state CTA gets extra warps whose only job is to copy the next
+phase's chunk data (W^T / qs^T / U / gamma, Kd / P^T) from the scratch into shared memory
+while the compute warps run the other phase. In ``chunked_split`` the compute threads
+issue those copies themselves at the start of each phase and wait for them (an L2 round
+trip per burst, on the sequential critical path of all 1024 chunks).
+
+What it changes: only which thread copies what, and when (exact FP32 moves); U and gamma
+are read from shared memory instead of global memory. The compute threads run
+``chunked_split``'s state tiles unchanged, so every fma chain is chunked's (see
+:mod:`.chunked_split` for the argument, step by step).
+
+Knobs (plan time): those of :mod:`.chunked_split` (``DFLASH2_GDN_SPLIT_COLS``,
+``DFLASH2_GDN_SPLIT_THREADS`` for the compute threads, ``DFLASH2_GDN_STAGE_KP``) and
+``DFLASH2_GDN_WS_COPY_THREADS`` (copy threads, default 96 = 3 warps; 384 threads in all at
+the production shape, within the launch bound).
+"""
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import numpy as np
+
+from numba import types
+
+from .. import _registry
+from .._compat import SIMULATOR, cuda
+from .._dynshared import DynShared
+from . import chunked_split as S
+from ._common import GdnPlan
+from ._split_prep import gdn_split_prep_kernel
+from ._split_state import staged_threads
+from ._split_state_ws import gdn_ws_state_kernel, ws_floats
+
+STATE_NAME = "gdn_ws_state"
+MAX_THREADS = 384                    # 288 compute + 96 copy threads at K = 128, w = 12
+WS_LAUNCH_BOUNDS = (MAX_THREADS, 1)  # (170 registers a thread)
+SIM_COMPUTE, SIM_COPY = 32, 32
+COPY_THREADS = int(os.environ.get("DFLASH2_GDN_WS_COPY_THREADS", "96") or 96)
+
+_state = (cuda.jit(gdn_ws_state_kernel) if SIMULATOR
+          else cuda.jit(gdn_ws_state_kernel, launch_bounds=WS_LAUNCH_BOUNDS))
+
+
+def _state_signatures():
+    return tuple(sig + (types.int32,) for sig in S._state_signatures())
+
+
+def _threads(plan: GdnPlan, w: int):
+    """(compute threads, copy threads): one compute thread per phase-2 unit, whole warps."""
+    if SIMULATOR:
+        ncomp, ncopy = SIM_COMPUTE, SIM_COPY
+    else:
+        ncomp = S.STATE_THREADS or staged_threads(plan.K, w)
+        ncomp = -(-ncomp // 32) * 32
+        ncopy = max(32, (COPY_THREADS // 32) * 32)
+    if plan.threads:
+        ncomp = plan.threads
+    ncomp = max(1, min(MAX_THREADS - 32, ncomp))
+    ncopy = max(1, min(MAX_THREADS - ncomp, ncopy))
+    return ncomp, ncopy
+
+
+def prepare(plan: GdnPlan, stream) -> None:
+    """Plan time: chunked_split's tables and scratch, then this variant's state kernel
+    configuration (launches allocate nothing: CUDA-graph capturable)."""
+    s = S.prepare_scratch(plan, stream)
+    ncomp, ncopy = _threads(plan, s.cols)
+    stage_kp = S.stage_kp_choice(ws_floats(plan.K, True))
+    smem = 4 * ws_floats(plan.K, stage_kp)
+    args = (plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items, s.scr,
+            s.F, np.int32(plan.H), np.int32(plan.K), np.int32(stage_kp), np.int32(ncomp))
+    total = S.fit_threads(_state, args, ncomp + ncopy)
+    if total < ncomp + ncopy:       # pragma: no cover - a toolchain that needs more registers
+        raise RuntimeError(f"chunked_ws: {ncomp} + {ncopy} threads do not fit one SM")
+    s.ws = SimpleNamespace(kernel=DynShared(_state, smem), smem=smem, ncomp=np.int32(ncomp),
+                           ncopy=ncopy, stage_kp=np.int32(stage_kp))
+    plan.scratch = s
+
+
+def run(plan: GdnPlan, stream) -> None:
+    if plan.n_items == 0:
+        return
+    if plan.scratch is None or not hasattr(plan.scratch, "ws"):
+        prepare(plan, stream)
+    s = plan.scratch
+    if s.nslots:
+        _registry.launch(S.PREP_NAME, S._prep, s.nslots * plan.H, s.prep_threads, stream,
+                         plan.q, plan.k, plan.v, plan.g, plan.beta, s.chunks, s.scr, s.F,
+                         plan.scale, plan.use_l2)
+    ws = s.ws
+    _registry.launch(STATE_NAME, ws.kernel, s.n_items, int(ws.ncomp) + ws.ncopy, stream,
+                     plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items,
+                     s.scr, s.F, np.int32(plan.H), np.int32(plan.K), ws.stage_kp, ws.ncomp)
+
+
+VARIANT = _registry.register(_registry.Variant(
+    name="chunked_ws",
+    family="gdn",
+    description="chunked_split's pre-pass, then a warp-specialised state pass: copy warps "
+                "stage the next phase's chunk data in shared memory while the compute "
+                "warps run the current phase (2 barriers per chunk)",
+    contract="B (GDN prefill), chunked family: bit-identical to chunked",
+    kernels=(_registry.KernelSpec(S.PREP_NAME, gdn_split_prep_kernel, S._prep_signatures()),
+             _registry.KernelSpec(STATE_NAME, gdn_ws_state_kernel, _state_signatures(),
+                                  launch_bounds=WS_LAUNCH_BOUNDS)),
+    run=run,
+    supports=S.supports,
+    bitwise_reference="chunked",
+    prepare=prepare,
+))
