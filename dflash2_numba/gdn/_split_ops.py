@@ -57,6 +57,9 @@ if SIMULATOR:
     def pf1(a, i):
         pass
 
+    def pf2(a, i):
+        pass
+
 else:
     from llvmlite import ir
     from numba.cuda import cgutils
@@ -152,6 +155,22 @@ else:
             p = _ptr(context, builder, sig, args)
             asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [p.type]),
                                "prefetch.global.L1 [$0];", "l", side_effect=True)
+            builder.call(asm, [p])
+            return context.get_dummy_value()
+
+        return signature(ntypes.none, a, i), codegen
+
+    @intrinsic
+    def pf2(typingctx, a, i):
+        """``prefetch.global.L2`` of the line holding ``a[i]`` (no register result, no
+        effect on any value)."""
+        if not _ok(a, i):
+            return None
+
+        def codegen(context, builder, sig, args):
+            p = _ptr(context, builder, sig, args)
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [p.type]),
+                               "prefetch.global.L2 [$0];", "l", side_effect=True)
             builder.call(asm, [p])
             return context.get_dummy_value()
 

@@ -30,7 +30,7 @@ from numba import types
 
 from .._compat import cuda
 from ._common import C, ZERO
-from ._split_ops import N_HS, N_VS, VS, _dev, ld1, ld2, ld4, pf1, st4
+from ._split_ops import VS, _dev, ld1, ld2, ld4, pf1, pf2, st4
 from ._split_state import (OFF_OQ, OFF_VN, OFF_WQ, item_layout, rows2, scale4, stage_two,
                            sub4, upd_h)
 
@@ -85,6 +85,21 @@ def stage_ug(dst, src, bu, V, ncg, du, bg, dg, ptid, nprod):
 
 
 @_dev
+def prefetch_chunk_l2(scr, sb, o_w, o_qs, nvh, KC, pt, npt):
+    """``prefetch.global.L2`` of one chunk slot's data for one value head: the ``nvh``
+    floats from ``o_w`` (W^T, Kd, U, P^T, gamma) and the ``KC`` floats of qs^T (one
+    instruction per 128-byte line, threads ``pt`` of ``npt``; no value is touched)."""
+    n1 = (nvh + 31) // 32
+    e = pt
+    while e < n1 + KC // 32:
+        if e < n1:
+            pf2(scr, sb + o_w + 32 * e)
+        else:
+            pf2(scr, sb + o_qs + 32 * (e - n1))
+        e += npt
+
+
+@_dev
 def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,
                   ncomp, sm):
     """Steps 6-8 of chunked for work item ``it`` over every chunk of its sequence; threads
@@ -103,6 +118,12 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
     n4 = KC // 4                             # float4 of W^T (= of qs^T, = of Kd)
     ptid = tid - ncomp                       # copy-thread number (< 0: a compute thread)
     nprod = nthr - ncomp
+    nu1 = (C // 2) * 2 * ncg                 # phase-1 units; threads past them (whole
+    n1 = min(ncomp, ((nu1 + 31) // 32) * 32)  # warps) copy in phase 1 too
+    ptid1 = tid - n1
+    nprod1 = nthr - n1
+    nvh = 2 * KC + C * V + C * C + C         # floats of one value head's slot data
+    pf_l2 = c0 == 0                          # one CTA per value head prefetches into L2
     cu = c0 + o_u                            # the U slice's first column in the slot
 
     i0 = h0_idx[n]
@@ -114,6 +135,8 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
         else:
             sm[m * VS + c] = ZERO
     if nch > 0 and ptid >= 0:
+        if pf_l2 and nch > 1:
+            prefetch_chunk_l2(scr, sb + F, o_w, o_qs, nvh, KC, ptid, nprod)
         stage_ug(sm, scr, sb + cu, V, ncg, off_u, sb + o_g, off_g, ptid, nprod)
         stage_two(sm, OFF_WQ, OFF_WQ + KC, scr, sb + o_w, n4, sb + o_qs, n4, ptid, nprod)
     cuda.syncthreads()
@@ -126,20 +149,23 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
 
         # ---- phase 1 (compute threads): chunked step 6 (wh = sum_m W_im h_mc, m ascending;
         # vn = U - wh) and step 7's qh = sum_m qs_im h_mc, m ascending, then qh * gamma_i.
-        # Copy threads: this chunk's Kd / P^T (or an L1 prefetch of them).
-        if ptid >= 0:
+        # Copy threads (and the compute warps with no phase-1 unit): an L2 prefetch of
+        # chunk ci + 2, then this chunk's Kd / P^T (or an L1 prefetch of them).
+        if ptid1 >= 0:
+            if pf_l2 and ci + 2 < nch:
+                prefetch_chunk_l2(scr, sb + 2 * F, o_w, o_qs, nvh, KC, ptid1, nprod1)
             if stage_kp != 0:
                 stage_two(sm, off_kp, off_kp + KC, scr, sb + o_kd, n4, sb + o_p,
-                          (C * C) // 4, ptid, nprod)
+                          (C * C) // 4, ptid1, nprod1)
             else:
-                e = ptid
+                e = ptid1
                 while e < KC // 32:
                     pf1(scr, sb + o_kd + 32 * e)
-                    e += nprod
-                e = ptid
+                    e += nprod1
+                e = ptid1
                 while e < (C * C) // 32:
                     pf1(scr, sb + o_p + 32 * e)
-                    e += nprod
+                    e += nprod1
         else:
             for u in range(tid, (C // 2) * 2 * ncg, ncomp):
                 r0 = 2 * (u % (C // 2))
