@@ -1,9 +1,9 @@
-"""Timing experiment only (never used for results): ``chunked_split``'s staged state pass
-with parts switched off, to see what each part costs. Built from the package's own
-``staged_state_item`` source, so it follows the kernel as it is today; a ``skip`` bit mask
-removes the copies (1), the phase-1 fma loops (2) and the phase-2 fma loops (4). With any
-bit set the results are wrong and are not looked at. Used by ``bench/profile_kernels.py
-leave-out`` on a GPU.
+"""Timing experiment only (never used for results): the state pass of ``chunked_split``
+(``staged_state_item``) or of ``chunked_ws`` (``ws_state_item``) with parts switched off, to
+see what each part costs. Built from the package's own device-function source, so it
+follows the kernel as it is today; a ``skip`` bit mask removes the copies (1), the phase-1
+fma loops (2) and the phase-2 fma loops (4). With any bit set the results are wrong and are
+not looked at. Used by ``bench/profile_kernels.py leave-out`` on a GPU.
 """
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import inspect
 import textwrap
 
 from dflash2_numba._compat import SIMULATOR, cuda
-from dflash2_numba.gdn import _split_state
+from dflash2_numba.gdn import _split_state, _split_state_ws
 
-# (original text, replacement) pairs; each must occur exactly once in staged_state_item
-_EDITS = (
+# (original text, replacement) pairs; each must occur exactly once in the device function
+_SPLIT_EDITS = (
     ("def staged_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp, sm):",
      "def leave_out_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp, sm, skip):"),
     ("        if stage_kp != 0:\n            stage_two(sm, off_kp,",
@@ -26,31 +26,62 @@ _EDITS = (
     ("        for u in range(tid, n2 + half * ncg, nthr):",
      "        for u in range(tid, n2 + half * ncg if (skip & 4) == 0 else 0, nthr):"),
 )
+_WS_EDITS = (
+    ("def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,\n"
+     "                  ncomp, sm):",
+     "def leave_out_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,\n"
+     "                   ncomp, sm, skip):"),
+    ("            if stage_kp != 0:\n                stage_",
+     "            if stage_kp != 0 and (skip & 1) == 0:\n                stage_"),
+    ("            for u in range(tid, (C // 2) * 2 * ncg, ncomp):",
+     "            for u in range(tid, (C // 2) * 2 * ncg if (skip & 2) == 0 else 0, ncomp):"),
+    ("            if ci + 1 < nch:\n                sn = sb + F",
+     "            if ci + 1 < nch and (skip & 1) == 0:\n                sn = sb + F"),
+    ("            for u in range(tid, n2 + half * ncg, ncomp):",
+     "            for u in range(tid, n2 + half * ncg if (skip & 4) == 0 else 0, ncomp):"),
+)
 
 
-def _build():
-    src = textwrap.dedent(inspect.getsource(_split_state.staged_state_item.py_func
-                                            if hasattr(_split_state.staged_state_item, "py_func")
-                                            else _split_state.staged_state_item))
+def _build(module, fn_name, edits, launch_bounds, extra):
+    fn = getattr(module, fn_name)
+    src = textwrap.dedent(inspect.getsource(fn.py_func if hasattr(fn, "py_func") else fn))
     src = "\n".join(line for line in src.split("\n") if not line.startswith("@"))
-    for old, new in _EDITS:
+    for old, new in edits:
         if src.count(old) != 1:
-            raise RuntimeError(f"staged_state_item changed; cannot apply: {old[:60]!r}")
+            raise RuntimeError(f"{fn_name} changed; cannot apply: {old[:60]!r}")
         src = src.replace(old, new)
-    namespace = dict(vars(_split_state))
+    namespace = dict(vars(module))
     exec(compile(src, "<leave_out_item>", "exec"), namespace)
     item = cuda.jit(device=True)(namespace["leave_out_item"])
     f32 = namespace["_F32"]
 
-    def leave_out_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, stage_kp, skip):
-        sm = cuda.shared.array(0, f32)
-        item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, cuda.blockIdx.x, stage_kp,
-             sm, skip)
+    if extra:
+        def leave_out_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, stage_kp,
+                             ncomp, skip):
+            sm = cuda.shared.array(0, f32)
+            item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, cuda.blockIdx.x,
+                 stage_kp, ncomp, sm, skip)
+    else:
+        def leave_out_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, stage_kp,
+                             skip):
+            sm = cuda.shared.array(0, f32)
+            item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, cuda.blockIdx.x,
+                 stage_kp, sm, skip)
 
     if SIMULATOR:       # (the simulator's jit has no launch bounds)
         return cuda.jit(leave_out_kernel)
-    from dflash2_numba.gdn.chunked_split import STATE_LAUNCH_BOUNDS
-    return cuda.jit(leave_out_kernel, launch_bounds=STATE_LAUNCH_BOUNDS)
+    return cuda.jit(leave_out_kernel, launch_bounds=launch_bounds)
 
 
-kernel = _build()
+def _bounds(which):
+    if which == "split":
+        from dflash2_numba.gdn.chunked_split import STATE_LAUNCH_BOUNDS
+        return STATE_LAUNCH_BOUNDS
+    from dflash2_numba.gdn.chunked_ws import WS_LAUNCH_BOUNDS
+    return WS_LAUNCH_BOUNDS
+
+
+#: chunked_split's state pass (arguments: the state kernel's, then ``skip``)
+kernel = _build(_split_state, "staged_state_item", _SPLIT_EDITS, _bounds("split"), False)
+#: chunked_ws's state pass (arguments: the state kernel's incl. ``ncomp``, then ``skip``)
+ws_kernel = _build(_split_state_ws, "ws_state_item", _WS_EDITS, _bounds("ws"), True)

@@ -10,7 +10,8 @@ Modes
                 then ``chunked_split``'s state pass under each ``--sweep`` entry
                 ``COLSxTHREADSxSTAGE_KP`` (e.g. ``12x288x1,12x288x0``) and ``chunked_ws``'s
                 under each ``--ws-sweep`` entry ``COLSxCOMPUTExCOPYxSTAGE_KP`` (byte-checked).
-  ``leave-out`` the state pass with parts switched off (copies, phase-1 fma loops, phase-2
+  ``leave-out`` the state pass of ``chunked_split`` / ``chunked_ws`` (those of
+                ``--variants``) with parts switched off (copies, phase-1 fma loops, phase-2
                 fma loops; see :mod:`bench._state_leave_one_out`), results discarded: the
                 time each part costs.
   ``gdn-once``  one ``--gdn-variant`` call (to run under ``ncu -k regex:gdn_``).
@@ -175,27 +176,38 @@ def mode_gdn(args, inputs):
     return rows
 
 
+LEAVE_OUT = ((0, "full"), (1, "no copies"), (2, "no phase-1 fma"), (4, "no phase-2 fma"),
+             (6, "copies only"), (3, "phase-2 fma only"), (5, "phase-1 fma only"),
+             (7, "loop + barriers only"))
+
+
 def mode_leave_out(args, inputs):
     from bench import _state_leave_one_out as X
     from dflash2_numba._compat import exact_fp32
     from dflash2_numba._dynshared import DynShared
 
-    call = d2.plan_gdn(**inputs, variant="chunked_split", check_values=False)
-    call.launch()
-    cuda.synchronize()
-    p, s = call.plan, call.plan.scratch
-    kern = DynShared(X.kernel, s.smem)
     rows = []
-    for skip, name in ((0, "full"), (1, "no copies"), (2, "no phase-1 fma"),
-                       (4, "no phase-2 fma"), (6, "copies only"), (3, "phase-2 fma only"),
-                       (5, "phase-1 fma only"), (7, "loop + barriers only")):
-        def go(skip=skip):
-            with exact_fp32():
-                kern[s.n_items, s.state_threads, 0](
-                    p.o, p.h0, p.h0_idx, p.hT, p.hT_idx, p.seqs, s.items, s.scr, s.F,
-                    np.int32(p.H), np.int32(p.K), s.stage_kp, np.int32(skip))
-        rows.append(dict(skip=skip, what=name, ms=event_median_ms(go, 3, 1)))
-        log(rows[-1])
+    for variant in [v for v in args.variants.split(",") if v in ("chunked_split", "chunked_ws")]:
+        call = d2.plan_gdn(**inputs, variant=variant, check_values=False)
+        call.launch()
+        cuda.synchronize()
+        p, s = call.plan, call.plan.scratch
+        if variant == "chunked_split":
+            kern = DynShared(X.kernel, s.smem)
+            grid, block, extra = s.n_items, s.state_threads, (s.stage_kp,)
+        else:
+            kern = DynShared(X.ws_kernel, s.ws.smem)
+            grid, block = s.n_items, int(s.ws.ncomp) + s.ws.ncopy
+            extra = (s.ws.stage_kp, s.ws.ncomp)
+        for skip, name in LEAVE_OUT:
+            def go(skip=skip):
+                with exact_fp32():
+                    kern[grid, block, 0](p.o, p.h0, p.h0_idx, p.hT, p.hT_idx, p.seqs, s.items,
+                                         s.scr, s.F, np.int32(p.H), np.int32(p.K), *extra,
+                                         np.int32(skip))
+            rows.append(dict(variant=variant, skip=skip, what=name,
+                             ms=event_median_ms(go, 3, 1)))
+            log(rows[-1])
     return rows
 
 
