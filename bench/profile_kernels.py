@@ -147,6 +147,7 @@ def mode_gdn(args, inputs):
                              copy=s.ws.ncopy, kp=int(s.ws.stage_kp),
                              ms=event_median_ms(ws_state_launcher(call), args.reps, args.inner)))
             log(rows[-1])
+    saved = (S.COLS, S.STATE_THREADS, S.STAGE_KP, W.COPY_THREADS)
     for entry in [e for e in args.sweep.split(",") if e]:
         cols, thr, kp = (int(x) for x in entry.split("x"))
         S.COLS, S.STATE_THREADS, S.STAGE_KP = cols, thr, str(kp)
@@ -172,7 +173,7 @@ def mode_gdn(args, inputs):
                          bitwise=vo.tobytes() == ro.tobytes() and vs.tobytes() == rs.tobytes(),
                          ms=event_median_ms(ws_state_launcher(c2), 3, 1)))
         log(rows[-1])
-    S.COLS, S.STATE_THREADS, S.STAGE_KP, W.COPY_THREADS = 0, 0, "auto", 96
+    S.COLS, S.STATE_THREADS, S.STAGE_KP, W.COPY_THREADS = saved
     return rows
 
 

@@ -151,7 +151,10 @@ def test_state_cache_server_form(variant, kind):
     _assert_same(cache, ref_cache, f"{variant}: whole state cache (slots not named keep -777)")
 
 
-KNOB_RUNS = [("chunked_split", 12, 7), ("chunked_split", 4, 128), ("chunked_pipe", 4, 128)]
+KNOB_RUNS = [("chunked_split", 12, 7), ("chunked_split", 4, 128), ("chunked_pipe", 4, 128),
+             # chunked_ws: 100 compute threads (36 of them copy in phase 1: w = 4 has 64
+             # phase-1 units) + 32 copy threads; 7 compute threads (phase 1 takes turns)
+             ("chunked_ws", 4, 100), ("chunked_ws", 12, 7)]
 
 
 @pytest.mark.parametrize("variant,cols,threads", KNOB_RUNS)
@@ -172,21 +175,24 @@ def test_launch_knobs_do_not_change_bits(monkeypatch, variant, cols, threads):
 
 
 @pytest.mark.parametrize("stage_kp", ["0", "1"])
-def test_state_staging_does_not_change_bits(monkeypatch, stage_kp):
-    """chunked_split's state pass with and without Kd / P^T staged in shared memory (the
-    device's shared-memory size picks one at plan time): same bits as the frozen kernel."""
-    if "chunked_split" not in VARIANTS:
-        pytest.skip("chunked_split not registered")
+@pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws"])
+def test_state_staging_does_not_change_bits(monkeypatch, variant, stage_kp):
+    """The staged state passes (chunked_split, chunked_ws) with and without Kd / P^T staged
+    in shared memory (the device's shared-memory size picks one at plan time): same bits
+    as the frozen kernel."""
+    if variant not in VARIANTS:
+        pytest.skip(f"{variant} not registered")
     from dflash2_numba.gdn import chunked_split
 
     ref_o, ref_s = _reference(KNOB_CASE, "float32")
     monkeypatch.setattr(chunked_split, "STAGE_KP", stage_kp)
-    o, s = gdn_prefill(**_inputs(KNOB_CASE), variant="chunked_split", out_dtype="float32")
-    _assert_same(o, ref_o, f"chunked_split stage_kp={stage_kp}: output")
-    _assert_same(s, ref_s, f"chunked_split stage_kp={stage_kp}: final state")
+    o, s = gdn_prefill(**_inputs(KNOB_CASE), variant=variant, out_dtype="float32")
+    _assert_same(o, ref_o, f"{variant} stage_kp={stage_kp}: output")
+    _assert_same(s, ref_s, f"{variant} stage_kp={stage_kp}: final state")
 
 
 ROUTES = {"chunked_split": ({"gdn_split_prep": 1, "gdn_split_state": 1}, {"gdn_split_state": 1}),
+          "chunked_ws": ({"gdn_split_prep": 1, "gdn_ws_state": 1}, {"gdn_ws_state": 1}),
           # one chunk per group on the simulator: groups 0 .. 1, launches 0 .. 2 (the first
           # pre-pass only, the last state only); empty sequences: one state launch
           "chunked_pipe": ({"gdn_split_pipe": 2}, {"gdn_split_pipe": 1})}

@@ -15,9 +15,13 @@ are read from shared memory instead of global memory. The compute threads run
 :mod:`.chunked_split` for the argument, step by step).
 
 Knobs (plan time): those of :mod:`.chunked_split` (``DFLASH2_GDN_SPLIT_COLS``,
-``DFLASH2_GDN_SPLIT_THREADS`` for the compute threads, ``DFLASH2_GDN_STAGE_KP``) and
-``DFLASH2_GDN_WS_COPY_THREADS`` (copy threads, default 96 = 3 warps; 384 threads in all at
-the production shape, within the launch bound).
+``DFLASH2_GDN_SPLIT_THREADS`` for the compute threads, default 256 here, and
+``DFLASH2_GDN_STAGE_KP``) and ``DFLASH2_GDN_WS_COPY_THREADS`` (copy threads, default 128;
+384 threads in all, the launch bound). Measured on the H200 at T = 65536 (state pass
+alone): 288 compute + 96 copy threads 8.55 ms, 288 + 64 9.32 ms, 224 + 160 8.02 ms,
+256 + 128 7.84 ms (``bench/RESULTS.md``): the copies are bound by the bytes each copy
+thread keeps in flight, so copy threads are worth more than the last 32 compute threads
+(which then take a second phase-2 unit).
 """
 from __future__ import annotations
 
@@ -38,10 +42,11 @@ from ._split_state import staged_threads
 from ._split_state_ws import gdn_ws_state_kernel, ws_floats
 
 STATE_NAME = "gdn_ws_state"
-MAX_THREADS = 384                    # 288 compute + 96 copy threads at K = 128, w = 12
+MAX_THREADS = 384                    # 256 compute + 128 copy threads at K = 128, w = 12
 WS_LAUNCH_BOUNDS = (MAX_THREADS, 1)  # (170 registers a thread)
 SIM_COMPUTE, SIM_COPY = 32, 32
-COPY_THREADS = int(os.environ.get("DFLASH2_GDN_WS_COPY_THREADS", "96") or 96)
+COPY_THREADS = int(os.environ.get("DFLASH2_GDN_WS_COPY_THREADS", "128") or 128)
+COMPUTE_THREADS = 256                # (unless DFLASH2_GDN_SPLIT_THREADS says otherwise)
 
 _state = (cuda.jit(gdn_ws_state_kernel) if SIMULATOR
           else cuda.jit(gdn_ws_state_kernel, launch_bounds=WS_LAUNCH_BOUNDS))
@@ -52,11 +57,12 @@ def _state_signatures():
 
 
 def _threads(plan: GdnPlan, w: int):
-    """(compute threads, copy threads): one compute thread per phase-2 unit, whole warps."""
+    """(compute threads, copy threads), whole warps: at most one compute thread per
+    phase-2 unit."""
     if SIMULATOR:
         ncomp, ncopy = SIM_COMPUTE, SIM_COPY
     else:
-        ncomp = S.STATE_THREADS or staged_threads(plan.K, w)
+        ncomp = S.STATE_THREADS or min(COMPUTE_THREADS, staged_threads(plan.K, w))
         ncomp = -(-ncomp // 32) * 32
         ncopy = max(32, (COPY_THREADS // 32) * 32)
     if plan.threads:
