@@ -37,8 +37,8 @@ _WS_EDITS = (
      "            for u in range(tid, (C // 2) * 2 * ncg if (skip & 2) == 0 else 0, ncomp):"),
     ("            if ci + 1 < nch:\n                sn = sb + F",
      "            if ci + 1 < nch and (skip & 1) == 0:\n                sn = sb + F"),
-    ("            for u in range(tid, n2 + half * ncg, ncomp):",
-     "            for u in range(tid, n2 + half * ncg if (skip & 4) == 0 else 0, ncomp):"),
+    ("            for u in range(tid, ns + half * ncg, n2):",
+     "            for u in range(tid, ns + half * ncg if (skip & 4) == 0 else 0, n2):"),
 )
 
 

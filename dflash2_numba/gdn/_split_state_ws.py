@@ -30,9 +30,8 @@ from numba import types
 
 from .._compat import cuda
 from ._common import C, ZERO
-from ._split_ops import VS, _dev, ld1, ld2, ld4, pf1, pf2, st4
-from ._split_state import (OFF_OQ, OFF_VN, OFF_WQ, item_layout, rows2, scale4, stage_two,
-                           sub4, upd_h)
+from ._split_ops import VS, _dev, fma4, ld1, ld2, ld4, pf1, pf2, st4
+from ._split_state import OFF_OQ, OFF_VN, OFF_WQ, item_layout, rows2, scale4, stage_two, sub4
 
 _F32 = types.float32        # (the dynamic shared array's dtype, as the simulator wants it)
 
@@ -85,6 +84,55 @@ def stage_ug(dst, src, bu, V, ncg, du, bg, dg, ptid, nprod):
 
 
 @_dev
+def rows4(src, p, stride, x, px, a0, a1, a2, a3, n):
+    """Four chains per column over four columns:
+    ``a_r[c] = fma(src[p + t*stride + r], x[px + t*VS + c], a_r[c])`` for t = 0 .. n-1
+    ascending (r = 0 .. 3): two 16-byte shared loads per sixteen fma."""
+    t = 0
+    while t < n:
+        f = ld4(src, p)
+        hh = ld4(x, px)
+        a0 = fma4(f[0], hh, a0)
+        a1 = fma4(f[1], hh, a1)
+        a2 = fma4(f[2], hh, a2)
+        a3 = fma4(f[3], hh, a3)
+        p += stride
+        px += VS
+        t += 1
+    return a0, a1, a2, a3
+
+
+@_dev
+def out_pair(src, pa, pb, stride, x, px, oa, ob, na, nb):
+    """Two output rows a, b (na <= nb steps) over four columns, interleaved:
+    ``o_a[c] = fma(src[pa + j*stride], x[px + j*VS + c], o_a[c])`` for j = 0 .. na-1 and
+    likewise for b up to nb - 1, each row's j ascending (one vn load feeds both rows)."""
+    t = 0
+    while t < na:
+        v = ld4(x, px)
+        oa = fma4(ld1(src, pa), v, oa)
+        ob = fma4(ld1(src, pb), v, ob)
+        pa += stride
+        pb += stride
+        px += VS
+        t += 1
+    while t < nb:
+        ob = fma4(ld1(src, pb), ld4(x, px), ob)
+        pb += stride
+        px += VS
+        t += 1
+    return oa, ob
+
+
+@_dev
+def store_row(o, bb, t, hv, c, x):
+    o[bb, t, hv, c] = x[0]
+    o[bb, t, hv, c + 1] = x[1]
+    o[bb, t, hv, c + 2] = x[2]
+    o[bb, t, hv, c + 3] = x[3]
+
+
+@_dev
 def prefetch_chunk_l2(scr, sb, o_w, o_qs, nvh, KC, pt, npt):
     """``prefetch.global.L2`` of one chunk slot's data for one value head: the ``nvh``
     floats from ``o_w`` (W^T, Kd, U, P^T, gamma) and the ``KC`` floats of qs^T (one
@@ -122,6 +170,11 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
     n1 = min(ncomp, ((nu1 + 31) // 32) * 32)  # warps) copy in phase 1 too
     ptid1 = tid - n1
     nprod1 = nthr - n1
+    nq = K // 4                              # phase-2 state units per column group
+    nu2 = (nq + C // 2) * ncg                # phase-2 units of a full chunk; threads past
+    n2 = min(ncomp, ((nu2 + 31) // 32) * 32)  # them (whole warps) copy in phase 2 too
+    ptid2 = tid - n2
+    nprod2 = nthr - n2
     nvh = 2 * KC + C * V + C * C + C         # floats of one value head's slot data
     pf_l2 = c0 == 0                          # one CTA per value head prefetches into L2
     cu = c0 + o_u                            # the U slice's first column in the slot
@@ -189,56 +242,62 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
         cuda.syncthreads()
 
         # ---- phase 2 (compute threads): chunked step 8 (h' = h * gamma_{L-1}, then
-        # fma(Kd_jm, vn_jc, h') for j = 0 .. L-1, in place) and step 7 (o = qh * gamma,
-        # then fma(P_ij, vn_jc, o) for j = 0 .. i). Copy threads: the next chunk's W^T /
+        # fma(Kd_jm, vn_jc, h') for j = 0 .. L-1, in place; units of four rows x four
+        # columns) and step 7 (o = qh * gamma, then fma(P_ij, vn_jc, o) for j = 0 .. i;
+        # units of rows p and L-1-p x four columns, the two chains interleaved). Copy
+        # threads (and the compute warps with no phase-2 unit): the next chunk's W^T /
         # qs^T / U slice and its gamma (into the other gamma buffer).
-        if ptid >= 0:
+        if ptid2 >= 0:
             if ci + 1 < nch:
                 sn = sb + F
                 stage_ug(sm, scr, sn + cu, V, ncg, off_u, sn + o_g,
-                         off_g + ((ci + 1) & 1) * C, ptid, nprod)
+                         off_g + ((ci + 1) & 1) * C, ptid2, nprod2)
                 stage_two(sm, OFF_WQ, OFF_WQ + KC, scr, sn + o_w, n4, sn + o_qs, n4,
-                          ptid, nprod)
+                          ptid2, nprod2)
         else:
             gl = ld1(sm, gb + L - 1)
             half = (L + 1) // 2
-            n2 = nh * ncg
-            for u in range(tid, n2 + half * ncg, ncomp):
-                if u < n2:
-                    g = u // nh
-                    m0 = 2 * (u - g * nh)
+            ns = nq * ncg
+            for u in range(tid, ns + half * ncg, n2):
+                if u < ns:
+                    g = u // nq
+                    m0 = 4 * (u - g * nq)
                     c4 = 4 * g
                     ph = m0 * VS + c4
                     a0 = scale4(ld4(sm, ph), gl)
                     a1 = scale4(ld4(sm, ph + VS), gl)
+                    a2 = scale4(ld4(sm, ph + 2 * VS), gl)
+                    a3 = scale4(ld4(sm, ph + 3 * VS), gl)
                     if stage_kp != 0:
-                        a0, a1 = rows2(sm, off_kp + m0, K, sm, OFF_VN + c4, a0, a1, L)
+                        a0, a1, a2, a3 = rows4(sm, off_kp + m0, K, sm, OFF_VN + c4,
+                                               a0, a1, a2, a3, L)
                     else:
-                        a0, a1 = rows2(scr, sb + o_kd + m0, K, sm, OFF_VN + c4, a0, a1, L)
+                        a0, a1, a2, a3 = rows4(scr, sb + o_kd + m0, K, sm, OFF_VN + c4,
+                                               a0, a1, a2, a3, L)
                     st4(sm, ph, a0)
                     st4(sm, ph + VS, a1)
+                    st4(sm, ph + 2 * VS, a2)
+                    st4(sm, ph + 3 * VS, a3)
                 else:
-                    u2 = u - n2
+                    u2 = u - ns
                     g = u2 // half
                     p = u2 - g * half
                     c4 = 4 * g
-                    i = p
-                    for rep in range(2):
-                        if rep == 1:
-                            i = L - 1 - p
-                        if rep == 0 or i != p:
-                            acc = ld4(sm, OFF_OQ + i * VS + c4)
-                            if stage_kp != 0:
-                                acc, d1, d2 = upd_h(sm, off_kp + KC + i, C, sm, OFF_VN + c4,
-                                                    acc, acc, acc, i + 1, 1)
-                            else:
-                                acc, d1, d2 = upd_h(scr, sb + o_p + i, C, sm, OFF_VN + c4,
-                                                    acc, acc, acc, i + 1, 1)
-                            ob = c0 + c4
-                            o[bb, t0 + i, hv, ob] = acc[0]
-                            o[bb, t0 + i, hv, ob + 1] = acc[1]
-                            o[bb, t0 + i, hv, ob + 2] = acc[2]
-                            o[bb, t0 + i, hv, ob + 3] = acc[3]
+                    ib = L - 1 - p               # >= p; == p only for the middle row
+                    na = p + 1
+                    if ib == p:
+                        na = 0
+                    oa = ld4(sm, OFF_OQ + p * VS + c4)
+                    ob = ld4(sm, OFF_OQ + ib * VS + c4)
+                    if stage_kp != 0:
+                        oa, ob = out_pair(sm, off_kp + KC + p, off_kp + KC + ib, C, sm,
+                                          OFF_VN + c4, oa, ob, na, ib + 1)
+                    else:
+                        oa, ob = out_pair(scr, sb + o_p + p, sb + o_p + ib, C, sm,
+                                          OFF_VN + c4, oa, ob, na, ib + 1)
+                    if na > 0:
+                        store_row(o, bb, t0 + p, hv, c0 + c4, oa)
+                    store_row(o, bb, t0 + ib, hv, c0 + c4, ob)
         cuda.syncthreads()
         sb += F
 
