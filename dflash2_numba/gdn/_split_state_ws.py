@@ -170,7 +170,7 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
     n1 = min(ncomp, ((nu1 + 31) // 32) * 32)  # warps) copy in phase 1 too
     ptid1 = tid - n1
     nprod1 = nthr - n1
-    nq = K // 4                              # phase-2 state units per column group
+    nq = K // 4 if stage_kp != 0 else K // 2  # phase-2 state units per column group
     nu2 = (nq + C // 2) * ncg                # phase-2 units of a full chunk; threads past
     n2 = min(ncomp, ((nu2 + 31) // 32) * 32)  # them (whole warps) copy in phase 2 too
     ptid2 = tid - n2
@@ -243,8 +243,9 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
 
         # ---- phase 2 (compute threads): chunked step 8 (h' = h * gamma_{L-1}, then
         # fma(Kd_jm, vn_jc, h') for j = 0 .. L-1, in place; units of four rows x four
-        # columns) and step 7 (o = qh * gamma, then fma(P_ij, vn_jc, o) for j = 0 .. i;
-        # units of rows p and L-1-p x four columns, the two chains interleaved). Copy
+        # columns, two rows when Kd is read from global memory) and step 7 (o = qh *
+        # gamma, then fma(P_ij, vn_jc, o) for j = 0 .. i; units of rows p and L-1-p x
+        # four columns, the two chains interleaved). Copy
         # threads (and the compute warps with no phase-2 unit): the next chunk's W^T /
         # qs^T / U slice and its gamma (into the other gamma buffer).
         if ptid2 >= 0:
@@ -259,7 +260,7 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
             half = (L + 1) // 2
             ns = nq * ncg
             for u in range(tid, ns + half * ncg, n2):
-                if u < ns:
+                if u < ns and stage_kp != 0:
                     g = u // nq
                     m0 = 4 * (u - g * nq)
                     c4 = 4 * g
@@ -268,16 +269,23 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
                     a1 = scale4(ld4(sm, ph + VS), gl)
                     a2 = scale4(ld4(sm, ph + 2 * VS), gl)
                     a3 = scale4(ld4(sm, ph + 3 * VS), gl)
-                    if stage_kp != 0:
-                        a0, a1, a2, a3 = rows4(sm, off_kp + m0, K, sm, OFF_VN + c4,
-                                               a0, a1, a2, a3, L)
-                    else:
-                        a0, a1, a2, a3 = rows4(scr, sb + o_kd + m0, K, sm, OFF_VN + c4,
-                                               a0, a1, a2, a3, L)
+                    a0, a1, a2, a3 = rows4(sm, off_kp + m0, K, sm, OFF_VN + c4,
+                                           a0, a1, a2, a3, L)
                     st4(sm, ph, a0)
                     st4(sm, ph + VS, a1)
                     st4(sm, ph + 2 * VS, a2)
                     st4(sm, ph + 3 * VS, a3)
+                elif u < ns:
+                    # (Kd read from global memory: two-row units, more loads in flight)
+                    g = u // nq
+                    m0 = 2 * (u - g * nq)
+                    c4 = 4 * g
+                    ph = m0 * VS + c4
+                    a0 = scale4(ld4(sm, ph), gl)
+                    a1 = scale4(ld4(sm, ph + VS), gl)
+                    a0, a1 = rows2(scr, sb + o_kd + m0, K, sm, OFF_VN + c4, a0, a1, L)
+                    st4(sm, ph, a0)
+                    st4(sm, ph + VS, a1)
                 else:
                     u2 = u - ns
                     g = u2 // half
