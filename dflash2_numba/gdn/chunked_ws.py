@@ -15,13 +15,13 @@ are read from shared memory instead of global memory. The compute threads run
 :mod:`.chunked_split` for the argument, step by step).
 
 Knobs (plan time): those of :mod:`.chunked_split` (``DFLASH2_GDN_SPLIT_COLS``,
-``DFLASH2_GDN_SPLIT_THREADS`` for the compute threads, default 256 here, and
-``DFLASH2_GDN_STAGE_KP``) and ``DFLASH2_GDN_WS_COPY_THREADS`` (copy threads, default 128;
-384 threads in all, the launch bound). Measured on the H200 at T = 65536 (state pass
-alone): 288 compute + 96 copy threads 8.55 ms, 288 + 64 9.32 ms, 224 + 160 8.02 ms,
-256 + 128 7.84 ms (``bench/RESULTS.md``): the copies are bound by the bytes each copy
-thread keeps in flight, so copy threads are worth more than the last 32 compute threads
-(which then take a second phase-2 unit).
+``DFLASH2_GDN_SPLIT_THREADS`` for the compute threads and ``DFLASH2_GDN_STAGE_KP``) and
+``DFLASH2_GDN_WS_COPY_THREADS`` (copy threads); 384 threads in all is the launch bound.
+Defaults: 256 compute + 128 copy threads when Kd / P^T are staged (the H200), 288 + 96
+when they are not (sm_70's 96 KB). On the H200 at T = 65536 (state pass alone, ``bench/
+RESULTS.md``), first form: 288 + 96 8.55 ms, 288 + 64 9.32, 224 + 160 8.02, 256 + 128
+7.84: the copies are bound by the bytes the copy threads keep in flight, so copy threads
+are worth more than the last 32 compute threads (which then take a second phase-2 unit).
 """
 from __future__ import annotations
 
@@ -45,8 +45,10 @@ STATE_NAME = "gdn_ws_state"
 MAX_THREADS = 384                    # 256 compute + 128 copy threads at K = 128, w = 12
 WS_LAUNCH_BOUNDS = (MAX_THREADS, 1)  # (170 registers a thread)
 SIM_COMPUTE, SIM_COPY = 32, 32
-COPY_THREADS = int(os.environ.get("DFLASH2_GDN_WS_COPY_THREADS", "128") or 128)
-COMPUTE_THREADS = 256                # (unless DFLASH2_GDN_SPLIT_THREADS says otherwise)
+COPY_THREADS = int(os.environ.get("DFLASH2_GDN_WS_COPY_THREADS", "0") or 0)   # 0: default
+# (compute, copy) threads by default, with Kd / P^T staged and without (measured, see
+# the module docstring); DFLASH2_GDN_SPLIT_THREADS / _WS_COPY_THREADS override them
+DEFAULT_THREADS = {True: (256, 128), False: (288, 96)}
 
 _state = (cuda.jit(gdn_ws_state_kernel) if SIMULATOR
           else cuda.jit(gdn_ws_state_kernel, launch_bounds=WS_LAUNCH_BOUNDS))
@@ -56,15 +58,16 @@ def _state_signatures():
     return tuple(sig + (types.int32,) for sig in S._state_signatures())
 
 
-def _threads(plan: GdnPlan, w: int):
+def _threads(plan: GdnPlan, w: int, stage_kp: bool):
     """(compute threads, copy threads), whole warps: at most one compute thread per
-    phase-2 unit."""
+    two-row phase-2 unit."""
     if SIMULATOR:
         ncomp, ncopy = SIM_COMPUTE, SIM_COPY
     else:
-        ncomp = S.STATE_THREADS or min(COMPUTE_THREADS, staged_threads(plan.K, w))
+        comp0, copy0 = DEFAULT_THREADS[bool(stage_kp)]
+        ncomp = S.STATE_THREADS or min(comp0, staged_threads(plan.K, w))
         ncomp = -(-ncomp // 32) * 32
-        ncopy = max(32, (COPY_THREADS // 32) * 32)
+        ncopy = max(32, ((COPY_THREADS or copy0) // 32) * 32)
     if plan.threads:
         ncomp = plan.threads
     ncomp = max(1, min(MAX_THREADS - 32, ncomp))
@@ -76,8 +79,8 @@ def prepare(plan: GdnPlan, stream) -> None:
     """Plan time: chunked_split's tables and scratch, then this variant's state kernel
     configuration (launches allocate nothing: CUDA-graph capturable)."""
     s = S.prepare_scratch(plan, stream)
-    ncomp, ncopy = _threads(plan, s.cols)
     stage_kp = S.stage_kp_choice(ws_floats(plan.K, True))
+    ncomp, ncopy = _threads(plan, s.cols, stage_kp)
     smem = 4 * ws_floats(plan.K, stage_kp)
     args = (plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items, s.scr,
             s.F, np.int32(plan.H), np.int32(plan.K), np.int32(stage_kp), np.int32(ncomp))
