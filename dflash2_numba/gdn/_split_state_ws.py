@@ -301,8 +301,12 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
                         oa, ob = out_pair(sm, off_kp + KC + p, off_kp + KC + ib, C, sm,
                                           OFF_VN + c4, oa, ob, na, ib + 1)
                     else:
-                        oa, ob = out_pair(scr, sb + o_p + p, sb + o_p + ib, C, sm,
-                                          OFF_VN + c4, oa, ob, na, ib + 1)
+                        # (P^T in global memory: one row after the other, as chunked_split;
+                        # with na = 0 out_pair runs only its second row)
+                        d0, oa = out_pair(scr, 0, sb + o_p + p, C, sm, OFF_VN + c4, oa, oa,
+                                          0, na)
+                        d0, ob = out_pair(scr, 0, sb + o_p + ib, C, sm, OFF_VN + c4, ob, ob,
+                                          0, ib + 1)
                     if na > 0:
                         store_row(o, bb, t0 + p, hv, c0 + c4, oa)
                     store_row(o, bb, t0 + ib, hv, c0 + c4, ob)
