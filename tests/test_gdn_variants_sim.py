@@ -152,7 +152,7 @@ def test_state_cache_server_form(variant, kind):
 
 
 KNOB_RUNS = [("chunked_split", 12, 7), ("chunked_split", 4, 128), ("chunked_pipe", 4, 128),
-             # chunked_ws: 100 compute threads (68 of them copy in phase 1: w = 4 has 32
+             # chunked_ws: 100 compute threads (36 of them copy in phase 1: w = 4 has 64
              # phase-1 units) + 32 copy threads; 7 compute threads (phase 1 takes turns)
              ("chunked_ws", 4, 100), ("chunked_ws", 12, 7)]
 

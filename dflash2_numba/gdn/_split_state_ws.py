@@ -30,7 +30,7 @@ from numba import types
 
 from .._compat import cuda
 from ._common import C, ZERO
-from ._split_ops import VS, _dev, fma4, ld1, ld4, pf1, pf2, st4
+from ._split_ops import VS, _dev, fma4, ld1, ld2, ld4, pf1, pf2, st4
 from ._split_state import OFF_OQ, OFF_VN, OFF_WQ, item_layout, rows2, scale4, stage_two, sub4
 
 _F32 = types.float32        # (the dynamic shared array's dtype, as the simulator wants it)
@@ -166,7 +166,7 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
     n4 = KC // 4                             # float4 of W^T (= of qs^T, = of Kd)
     ptid = tid - ncomp                       # copy-thread number (< 0: a compute thread)
     nprod = nthr - ncomp
-    nu1 = (C // 4) * 2 * ncg                 # phase-1 units; threads past them (whole
+    nu1 = (C // 2) * 2 * ncg                 # phase-1 units; threads past them (whole
     n1 = min(ncomp, ((nu1 + 31) // 32) * 32)  # warps) copy in phase 1 too
     ptid1 = tid - n1
     nprod1 = nthr - n1
@@ -220,30 +220,25 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
                     pf1(scr, sb + o_p + 32 * e)
                     e += nprod1
         else:
-            for u in range(tid, nu1, ncomp):
-                r0 = 4 * (u % (C // 4))
-                g = u // (C // 4)
+            for u in range(tid, (C // 2) * 2 * ncg, ncomp):
+                r0 = 2 * (u % (C // 2))
+                g = u // (C // 2)
                 which = 0
                 if g >= ncg:
                     which = 1
                     g = g - ncg
                 c4 = 4 * g
                 z4 = (ZERO, ZERO, ZERO, ZERO)
-                a0, a1, a2, a3 = rows4(sm, OFF_WQ + which * KC + r0, C, sm, c4, z4, z4, z4,
-                                       z4, K)
+                a0, a1 = rows2(sm, OFF_WQ + which * KC + r0, C, sm, c4, z4, z4, K)
                 pr = r0 * VS + c4
                 if which == 0:
                     pu = off_u + pr
                     st4(sm, OFF_VN + pr, sub4(ld4(sm, pu), a0))
                     st4(sm, OFF_VN + pr + VS, sub4(ld4(sm, pu + VS), a1))
-                    st4(sm, OFF_VN + pr + 2 * VS, sub4(ld4(sm, pu + 2 * VS), a2))
-                    st4(sm, OFF_VN + pr + 3 * VS, sub4(ld4(sm, pu + 3 * VS), a3))
                 else:
-                    g4 = ld4(sm, gb + r0)
-                    st4(sm, OFF_OQ + pr, scale4(a0, g4[0]))
-                    st4(sm, OFF_OQ + pr + VS, scale4(a1, g4[1]))
-                    st4(sm, OFF_OQ + pr + 2 * VS, scale4(a2, g4[2]))
-                    st4(sm, OFF_OQ + pr + 3 * VS, scale4(a3, g4[3]))
+                    g2 = ld2(sm, gb + r0)
+                    st4(sm, OFF_OQ + pr, scale4(a0, g2[0]))
+                    st4(sm, OFF_OQ + pr + VS, scale4(a1, g2[1]))
         cuda.syncthreads()
 
         # ---- phase 2 (compute threads): chunked step 8 (h' = h * gamma_{L-1}, then
