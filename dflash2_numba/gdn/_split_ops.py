@@ -144,35 +144,25 @@ else:
 
         return signature(ntypes.none, a, i, x), codegen
 
-    @intrinsic
-    def pf1(typingctx, a, i):
-        """``prefetch.global.L1`` of the line holding ``a[i]`` (no register result, no
-        effect on any value)."""
-        if not _ok(a, i):
-            return None
+    def _prefetch(level):
+        """An intrinsic ``(a, i)``: ``prefetch.global.<level>`` of the line holding ``a[i]``
+        (no register result, no effect on any value)."""
+        def prefetch(typingctx, a, i):
+            if not _ok(a, i):
+                return None
 
-        def codegen(context, builder, sig, args):
-            p = _ptr(context, builder, sig, args)
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [p.type]),
-                               "prefetch.global.L1 [$0];", "l", side_effect=True)
-            builder.call(asm, [p])
-            return context.get_dummy_value()
+            def codegen(context, builder, sig, args):
+                p = _ptr(context, builder, sig, args)
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [p.type]),
+                                   f"prefetch.global.{level} [$0];", "l", side_effect=True)
+                builder.call(asm, [p])
+                return context.get_dummy_value()
 
-        return signature(ntypes.none, a, i), codegen
+            return signature(ntypes.none, a, i), codegen
 
-    @intrinsic
-    def pf2(typingctx, a, i):
-        """``prefetch.global.L2`` of the line holding ``a[i]`` (no register result, no
-        effect on any value)."""
-        if not _ok(a, i):
-            return None
+        prefetch.__name__ = f"pf_{level}"
+        return intrinsic(prefetch)
 
-        def codegen(context, builder, sig, args):
-            p = _ptr(context, builder, sig, args)
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [p.type]),
-                               "prefetch.global.L2 [$0];", "l", side_effect=True)
-            builder.call(asm, [p])
-            return context.get_dummy_value()
-
-        return signature(ntypes.none, a, i), codegen
+    pf1 = _prefetch("L1")     # into L1
+    pf2 = _prefetch("L2")     # into L2
 

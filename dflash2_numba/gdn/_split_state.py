@@ -347,6 +347,101 @@ def rows2(src, p, stride, x, px, a0, a1, n):
 
 
 @_dev
+def load_state_slice(sm, h0, i0, hv, c0, K, w, tid, nthr):
+    """``sm[m * VS + c] = h0[i0, hv, m, c0 + c]`` (zeros when ``i0 < 0``), m < K, c < w."""
+    for e in range(tid, K * w, nthr):
+        m = e // w
+        c = e - m * w
+        if i0 >= 0:
+            sm[m * VS + c] = h0[i0, hv, m, c0 + c]
+        else:
+            sm[m * VS + c] = ZERO
+
+
+@_dev
+def store_state_slice(hT, i1, hv, c0, sm, K, w, tid, nthr):
+    """``hT[i1, hv, m, c0 + c] = sm[m * VS + c]`` when ``i1 >= 0``, m < K, c < w."""
+    if i1 >= 0:
+        for e in range(tid, K * w, nthr):
+            m = e // w
+            c = e - m * w
+            hT[i1, hv, m, c0 + c] = sm[m * VS + c]
+
+
+@_dev
+def store_row(o, bb, t, hv, c, x):
+    """``o[bb, t, hv, c .. c + 3] = x`` (RNE cast to o's dtype, as chunked's store)."""
+    o[bb, t, hv, c] = x[0]
+    o[bb, t, hv, c + 1] = x[1]
+    o[bb, t, hv, c + 2] = x[2]
+    o[bb, t, hv, c + 3] = x[3]
+
+
+@_dev
+def phase1_unit(sm, u, ncg, KC, K, usrc, ubase, ustride, gsrc, gbase):
+    """Phase-1 unit ``u`` of the staged state passes (two rows r0, r0 + 1 x four columns of
+    one product, W^T / qs^T staged at OFF_WQ): chunked step 6 (``wh = sum_m W_im h_mc``, m
+    ascending; ``vn = U - wh`` with U at ``usrc[ubase + i * ustride + c ..]``) or step 7's
+    ``qh = sum_m qs_im h_mc``, m ascending, then ``qh * gamma_i`` (gamma at
+    ``gsrc[gbase + i]``)."""
+    r0 = 2 * (u % (C // 2))
+    g = u // (C // 2)
+    which = 0
+    if g >= ncg:
+        which = 1
+        g = g - ncg
+    c4 = 4 * g
+    z4 = (ZERO, ZERO, ZERO, ZERO)
+    a0, a1 = rows2(sm, OFF_WQ + which * KC + r0, C, sm, c4, z4, z4, K)
+    pr = r0 * VS + c4
+    if which == 0:
+        pu = ubase + r0 * ustride + c4
+        st4(sm, OFF_VN + pr, sub4(ld4(usrc, pu), a0))
+        st4(sm, OFF_VN + pr + VS, sub4(ld4(usrc, pu + ustride), a1))
+    else:
+        g2 = ld2(gsrc, gbase + r0)
+        st4(sm, OFF_OQ + pr, scale4(a0, g2[0]))
+        st4(sm, OFF_OQ + pr + VS, scale4(a1, g2[1]))
+
+
+@_dev
+def state_rows2(sm, scr, stage_kp, kp_base, kd_base, K, m0, c4, gl, L):
+    """Phase-2 state unit of two rows m0, m0 + 1 x four columns, in place: chunked step 8
+    (``h' = h * gamma_{L-1}``, then ``fma(Kd_jm, vn_jc, h')`` for j = 0 .. L-1; Kd at
+    ``sm[kp_base + j * K + m]`` when ``stage_kp``, else at ``scr[kd_base + j * K + m]``)."""
+    ph = m0 * VS + c4
+    a0 = scale4(ld4(sm, ph), gl)
+    a1 = scale4(ld4(sm, ph + VS), gl)
+    if stage_kp != 0:
+        a0, a1 = rows2(sm, kp_base + m0, K, sm, OFF_VN + c4, a0, a1, L)
+    else:
+        a0, a1 = rows2(scr, kd_base + m0, K, sm, OFF_VN + c4, a0, a1, L)
+    st4(sm, ph, a0)
+    st4(sm, ph + VS, a1)
+
+
+@_dev
+def out_rows_seq(o, bb, t0, hv, c0, c4, sm, scr, stage_kp, pt_base, p_base, p, L):
+    """Phase-2 output unit: rows p and L-1-p (once when equal) x four columns, one after the
+    other: chunked step 7 (``o = qh * gamma``, then ``fma(P_ij, vn_jc, o)`` for j = 0 .. i;
+    P^T at ``sm[pt_base + j * C + i]`` when ``stage_kp``, else at ``scr[p_base + ..]``),
+    stored."""
+    i = p
+    for rep in range(2):
+        if rep == 1:
+            i = L - 1 - p
+        if rep == 0 or i != p:
+            acc = ld4(sm, OFF_OQ + i * VS + c4)
+            if stage_kp != 0:
+                acc, d1, d2 = upd_h(sm, pt_base + i, C, sm, OFF_VN + c4, acc, acc, acc,
+                                    i + 1, 1)
+            else:
+                acc, d1, d2 = upd_h(scr, p_base + i, C, sm, OFF_VN + c4, acc, acc, acc,
+                                    i + 1, 1)
+            store_row(o, bb, t0 + i, hv, c0 + c4, acc)
+
+
+@_dev
 def staged_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp, sm):
     """Steps 6-8 of chunked for work item ``it`` over every chunk of its sequence, with the
     chunk's W^T / qs^T (and, if ``stage_kp``, Kd / P^T) read from ``sm`` (dynamic shared
@@ -373,14 +468,7 @@ def staged_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, 
     nch = (ln + C - 1) // C
     n4 = KC // 4                             # float4 of W^T (= of qs^T, = of Kd)
 
-    i0 = h0_idx[n]
-    for e in range(tid, K * w, nthr):
-        m = e // w
-        c = e - m * w
-        if i0 >= 0:
-            sm[m * VS + c] = h0[i0, hv, m, c0 + c]
-        else:
-            sm[m * VS + c] = ZERO
+    load_state_slice(sm, h0, h0_idx[n], hv, c0, K, w, tid, nthr)
     if nch > 0:
         stage_two(sm, OFF_WQ, OFF_WQ + KC, scr, sb + o_w, n4, sb + o_qs, n4, tid, nthr)
     cuda.syncthreads()
@@ -413,24 +501,7 @@ def staged_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, 
                 pf1(scr, sb + F + o_qs + 32 * e)
                 e += nthr
         for u in range(tid, (C // 2) * 2 * ncg, nthr):
-            r0 = 2 * (u % (C // 2))
-            g = u // (C // 2)
-            which = 0
-            if g >= ncg:
-                which = 1
-                g = g - ncg
-            c4 = 4 * g
-            z4 = (ZERO, ZERO, ZERO, ZERO)
-            a0, a1 = rows2(sm, OFF_WQ + which * KC + r0, C, sm, c4, z4, z4, K)
-            pr = r0 * VS + c4
-            if which == 0:
-                pu = sb + o_u + r0 * V + c0 + c4
-                st4(sm, OFF_VN + pr, sub4(ld4(scr, pu), a0))
-                st4(sm, OFF_VN + pr + VS, sub4(ld4(scr, pu + V), a1))
-            else:
-                g2 = ld2(scr, sb + o_g + r0)
-                st4(sm, OFF_OQ + pr, scale4(a0, g2[0]))
-                st4(sm, OFF_OQ + pr + VS, scale4(a1, g2[1]))
+            phase1_unit(sm, u, ncg, KC, K, scr, sb + o_u + c0, V, scr, sb + o_g)
         cuda.syncthreads()
 
         # ---- phase 2: chunked step 8 (h' = h * gamma_{L-1}, then fma(Kd_jm, vn_jc, h') for
@@ -446,48 +517,17 @@ def staged_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, 
         for u in range(tid, n2 + half * ncg, nthr):
             if u < n2:
                 g = u // nh
-                m0 = 2 * (u - g * nh)
-                c4 = 4 * g
-                ph = m0 * VS + c4
-                a0 = scale4(ld4(sm, ph), gl)
-                a1 = scale4(ld4(sm, ph + VS), gl)
-                if stage_kp != 0:
-                    a0, a1 = rows2(sm, off_kp + m0, K, sm, OFF_VN + c4, a0, a1, L)
-                else:
-                    a0, a1 = rows2(scr, sb + o_kd + m0, K, sm, OFF_VN + c4, a0, a1, L)
-                st4(sm, ph, a0)
-                st4(sm, ph + VS, a1)
+                state_rows2(sm, scr, stage_kp, off_kp, sb + o_kd, K, 2 * (u - g * nh), 4 * g,
+                            gl, L)
             else:
                 u2 = u - n2
                 g = u2 // half
-                p = u2 - g * half
-                c4 = 4 * g
-                i = p
-                for rep in range(2):
-                    if rep == 1:
-                        i = L - 1 - p
-                    if rep == 0 or i != p:
-                        acc = ld4(sm, OFF_OQ + i * VS + c4)
-                        if stage_kp != 0:
-                            acc, d1, d2 = upd_h(sm, off_kp + KC + i, C, sm, OFF_VN + c4, acc,
-                                                acc, acc, i + 1, 1)
-                        else:
-                            acc, d1, d2 = upd_h(scr, sb + o_p + i, C, sm, OFF_VN + c4, acc,
-                                                acc, acc, i + 1, 1)
-                        ob = c0 + c4
-                        o[bb, t0 + i, hv, ob] = acc[0]
-                        o[bb, t0 + i, hv, ob + 1] = acc[1]
-                        o[bb, t0 + i, hv, ob + 2] = acc[2]
-                        o[bb, t0 + i, hv, ob + 3] = acc[3]
+                out_rows_seq(o, bb, t0, hv, c0, 4 * g, sm, scr, stage_kp, off_kp + KC,
+                             sb + o_p, u2 - g * half, L)
         cuda.syncthreads()
         sb += F
 
-    i1 = hT_idx[n]
-    if i1 >= 0:
-        for e in range(tid, K * w, nthr):
-            m = e // w
-            c = e - m * w
-            hT[i1, hv, m, c0 + c] = sm[m * VS + c]
+    store_state_slice(hT, hT_idx[n], hv, c0, sm, K, w, tid, nthr)
 
 
 def gdn_split_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, stage_kp):

@@ -29,9 +29,11 @@ from __future__ import annotations
 from numba import types
 
 from .._compat import cuda
-from ._common import C, ZERO
-from ._split_ops import VS, _dev, fma4, ld1, ld2, ld4, pf1, pf2, st4
-from ._split_state import OFF_OQ, OFF_VN, OFF_WQ, item_layout, rows2, scale4, stage_two, sub4
+from ._common import C
+from ._split_ops import VS, _dev, fma4, ld1, ld4, pf1, pf2, st4
+from ._split_state import (OFF_OQ, OFF_VN, OFF_WQ, item_layout, load_state_slice,
+                           phase1_unit, scale4, stage_two, state_rows2,
+                           store_row, store_state_slice)
 
 _F32 = types.float32        # (the dynamic shared array's dtype, as the simulator wants it)
 
@@ -125,14 +127,6 @@ def out_pair(src, pa, pb, stride, x, px, oa, ob, na, nb):
 
 
 @_dev
-def store_row(o, bb, t, hv, c, x):
-    o[bb, t, hv, c] = x[0]
-    o[bb, t, hv, c + 1] = x[1]
-    o[bb, t, hv, c + 2] = x[2]
-    o[bb, t, hv, c + 3] = x[3]
-
-
-@_dev
 def prefetch_chunk_l2(scr, sb, o_w, o_qs, nvh, KC, pt, npt):
     """``prefetch.global.L2`` of one chunk slot's data for one value head: the ``nvh``
     floats from ``o_w`` (W^T, Kd, U, P^T, gamma) and the ``KC`` floats of qs^T (one
@@ -161,7 +155,6 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
     off_u = off_kp + ((KC + C * C) if stage_kp != 0 else 0)
     off_g = off_u + C * VS
     ncg = w // 4
-    nh = K // 2
     nch = (ln + C - 1) // C
     n4 = KC // 4                             # float4 of W^T (= of qs^T, = of Kd)
     ptid = tid - ncomp                       # copy-thread number (< 0: a compute thread)
@@ -179,14 +172,7 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
     pf_l2 = c0 == 0                          # one CTA per value head prefetches into L2
     cu = c0 + o_u                            # the U slice's first column in the slot
 
-    i0 = h0_idx[n]
-    for e in range(tid, K * w, nthr):
-        m = e // w
-        c = e - m * w
-        if i0 >= 0:
-            sm[m * VS + c] = h0[i0, hv, m, c0 + c]
-        else:
-            sm[m * VS + c] = ZERO
+    load_state_slice(sm, h0, h0_idx[n], hv, c0, K, w, tid, nthr)
     if nch > 0 and ptid >= 0:
         if pf_l2 and nch > 1:
             prefetch_chunk_l2(scr, sb + F, o_w, o_qs, nvh, KC, ptid, nprod)
@@ -221,24 +207,7 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
                     e += nprod1
         else:
             for u in range(tid, (C // 2) * 2 * ncg, ncomp):
-                r0 = 2 * (u % (C // 2))
-                g = u // (C // 2)
-                which = 0
-                if g >= ncg:
-                    which = 1
-                    g = g - ncg
-                c4 = 4 * g
-                z4 = (ZERO, ZERO, ZERO, ZERO)
-                a0, a1 = rows2(sm, OFF_WQ + which * KC + r0, C, sm, c4, z4, z4, K)
-                pr = r0 * VS + c4
-                if which == 0:
-                    pu = off_u + pr
-                    st4(sm, OFF_VN + pr, sub4(ld4(sm, pu), a0))
-                    st4(sm, OFF_VN + pr + VS, sub4(ld4(sm, pu + VS), a1))
-                else:
-                    g2 = ld2(sm, gb + r0)
-                    st4(sm, OFF_OQ + pr, scale4(a0, g2[0]))
-                    st4(sm, OFF_OQ + pr + VS, scale4(a1, g2[1]))
+                phase1_unit(sm, u, ncg, KC, K, sm, off_u, VS, sm, gb)
         cuda.syncthreads()
 
         # ---- phase 2 (compute threads): chunked step 8 (h' = h * gamma_{L-1}, then
@@ -278,14 +247,7 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
                 elif u < ns:
                     # (Kd read from global memory: two-row units, more loads in flight)
                     g = u // nq
-                    m0 = 2 * (u - g * nq)
-                    c4 = 4 * g
-                    ph = m0 * VS + c4
-                    a0 = scale4(ld4(sm, ph), gl)
-                    a1 = scale4(ld4(sm, ph + VS), gl)
-                    a0, a1 = rows2(scr, sb + o_kd + m0, K, sm, OFF_VN + c4, a0, a1, L)
-                    st4(sm, ph, a0)
-                    st4(sm, ph + VS, a1)
+                    state_rows2(sm, scr, 0, 0, sb + o_kd, K, 2 * (u - g * nq), 4 * g, gl, L)
                 else:
                     u2 = u - ns
                     g = u2 // half
@@ -313,12 +275,7 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
         cuda.syncthreads()
         sb += F
 
-    i1 = hT_idx[n]
-    if i1 >= 0:
-        for e in range(tid, K * w, nthr):
-            m = e // w
-            c = e - m * w
-            hT[i1, hv, m, c0 + c] = sm[m * VS + c]
+    store_state_slice(hT, hT_idx[n], hv, c0, sm, K, w, tid, nthr)
 
 
 def gdn_ws_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, stage_kp,
