@@ -20,6 +20,7 @@ from .._compat import cuda
 from ..attention.api import plan_attention
 from ..workspace import AttentionWorkspace
 from .cases import LENGTH_STATES, AttentionCaseSpec, row_lengths_for_state
+from .variant_steps import audit_route, bitwise_checks, launch_variant
 
 FP32_REL_BOUND = 1e-5
 
@@ -133,8 +134,7 @@ def screen_case(spec: AttentionCaseSpec, variant_names: List[str], *, timing: bo
             bufs = buffers[name]
             kwargs = dict(scale=c["scale"], k_scale=c["k_scale"], v_scale=c["v_scale"],
                           row_lengths=dev_rl, splits=spec.splits, variant=name)
-            try:
-                _registry.route_counters(reset=True)
+            def plan_and_launch():
                 p32 = plan_attention(dev["q"], dev["k_cache"], dev["v_cache"], dev["block_table"],
                                      dev["seq_lens"], workspace=bufs.ws32, out_dtype="float32", **kwargs)
                 p16 = plan_attention(dev["q"], dev["k_cache"], dev["v_cache"], dev["block_table"],
@@ -142,20 +142,13 @@ def screen_case(spec: AttentionCaseSpec, variant_names: List[str], *, timing: bo
                 p32.launch()
                 p16.launch()
                 cuda.synchronize()
-            except _registry.UnsupportedShape as e:
-                row.status = "unsupported"
-                row.problems.append(str(e))
+                return p32, p16
+
+            plans = launch_variant(row, plan_and_launch)
+            if plans is None:
                 continue
-            except Exception as e:  # a crash is a failure of this variant, not of the screen
-                row.status = "error"
-                row.problems.append(f"{type(e).__name__}: {e}")
-                continue
-            counts = _registry.route_counters(reset=True)
-            own = {k.name for k in v.kernels}
-            row.route = ", ".join(f"{k}x{n}" for k, n in sorted(counts.items()))
-            row.route_ok = bool(counts) and set(counts) <= own
-            if not row.route_ok:
-                row.fail(f"route audit: launched {sorted(counts)}, own kernels {sorted(own)}")
+            p16 = plans[1]
+            audit_route(row, v)
             snap = bufs.snapshot()
             snaps[name] = snap
             _oracle_checks(row, snap, ref)
@@ -166,7 +159,8 @@ def screen_case(spec: AttentionCaseSpec, variant_names: List[str], *, timing: bo
                 row.time_ms = time_launches(p16)
             if progress is not None:
                 progress()
-        _bitwise_checks(rows[-len(variant_names):], snaps, registry)
+        bitwise_checks(rows[-len(variant_names):], snaps, registry,
+                       ("out16", "out32", "partial", "lse"))
         if state == "live":
             live_snapshots = snaps
         if state == "restored":
@@ -199,32 +193,6 @@ def _oracle_checks(row: Row, snap: dict, ref: np.ndarray) -> None:
     # the FP32 and FP16 runs share every workspace value
     if snap["partial"].tobytes() != snap["partial32"].tobytes() or snap["lse"].tobytes() != snap["lse32"].tobytes():
         row.fail("workspace of the FP32-output run differs from the FP16-output run")
-
-
-def _bitwise_checks(rows: List[Row], snaps: Dict[str, dict], registry) -> None:
-    errs = {r.variant: r.rel_l2_fp32 for r in rows}
-    for r in rows:
-        if r.variant not in snaps:
-            continue
-        ref_name = registry[r.variant].bitwise_reference
-        if ref_name is None:
-            continue
-        ref_snap = snaps.get(ref_name)
-        if ref_snap is None:
-            r.fail(f"bitwise reference {ref_name!r} did not run")
-            continue
-        mism = []
-        for key in ("out16", "out32", "partial", "lse"):
-            m = oracle.first_mismatch(snaps[r.variant][key], ref_snap[key])
-            if m is not None:
-                mism.append(f"{key}: {m}")
-        r.bitwise = not mism
-        if mism:
-            r.mismatch = mism[0]
-            r.fail("not byte-identical to " + ref_name + ": " + "; ".join(mism))
-        base = errs.get(ref_name)
-        if base and r.rel_l2_fp32 is not None:
-            r.ratio_to_frozen = r.rel_l2_fp32 / base
 
 
 def run_attention(specs: List[AttentionCaseSpec], variant_names: List[str], *, timing: bool,

@@ -20,6 +20,7 @@ from ..contract import SENTINEL
 from ..gdn.api import plan_gdn
 from .attention import FP32_REL_BOUND, Row, time_launches
 from .cases import GdnCaseSpec
+from .variant_steps import audit_route, bitwise_checks, launch_variant
 
 
 def _host(x):
@@ -55,8 +56,7 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
         cache_host[idx] = c["initial_state"] if "initial_state" in c else 0.0
         cache = cuda.to_device(cache_host)
         common = dict(cu_seqlens=dev["cu_seqlens"], use_qk_l2norm=c["use_qk_l2norm"], variant=name)
-        try:
-            _registry.route_counters(reset=True)
+        def plan_and_launch():
             plain = plan_gdn(dev["q"], dev["k"], dev["v"], dev["g"], dev["beta"],
                              initial_state=dev.get("initial_state"), out_dtype="float32", **common)
             server = plan_gdn(dev["q"], dev["k"], dev["v"], dev["g"], dev["beta"],
@@ -64,20 +64,13 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
             plain.launch()
             server.launch()
             cuda.synchronize()
-        except _registry.UnsupportedShape as e:
-            row.status = "unsupported"
-            row.problems.append(str(e))
+            return plain, server
+
+        plans = launch_variant(row, plan_and_launch)
+        if plans is None:
             continue
-        except Exception as e:
-            row.status = "error"
-            row.problems.append(f"{type(e).__name__}: {e}")
-            continue
-        counts = _registry.route_counters(reset=True)
-        own = {k.name for k in v.kernels}
-        row.route = ", ".join(f"{k}x{n}" for k, n in sorted(counts.items()))
-        row.route_ok = bool(counts) and set(counts) <= own
-        if not row.route_ok:
-            row.fail(f"route audit: launched {sorted(counts)}, own kernels {sorted(own)}")
+        plain, server = plans
+        audit_route(row, v)
         o32, h = (_host(x) for x in plain.results())
         o_cast = _host(server.results()[0])
         cache_after = cache.copy_to_host()
@@ -105,23 +98,7 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
             row.time_ms = time_launches(plain, repeats=5)
         if progress is not None:
             progress()
-    for r in rows:
-        ref_name = registry[r.variant].bitwise_reference
-        if ref_name is None or r.variant not in snaps:
-            continue
-        ref_snap = snaps.get(ref_name)
-        if ref_snap is None:
-            r.fail(f"bitwise reference {ref_name!r} did not run")
-            continue
-        mism = [f"{key}: {m}" for key in ("o", "o32", "state")
-                if (m := oracle.first_mismatch(snaps[r.variant][key], ref_snap[key])) is not None]
-        r.bitwise = not mism
-        if mism:
-            r.mismatch = mism[0]
-            r.fail(f"not byte-identical to {ref_name}: " + "; ".join(mism))
-        base = next((x.rel_l2_fp32 for x in rows if x.variant == ref_name), None)
-        if base and r.rel_l2_fp32 is not None:
-            r.ratio_to_frozen = r.rel_l2_fp32 / base
+    bitwise_checks(rows, snaps, registry, ("o", "o32", "state"))
     return rows
 
 
