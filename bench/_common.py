@@ -532,6 +532,20 @@ def bench_parser(doc: str, smoke_help: str):
     return p
 
 
+def select_variants(spec: str, known, family: str) -> Optional[List[str]]:
+    """``--variants``: ``all`` (every name in ``known``) or a comma-separated list; None,
+    after an error line on stderr, when a name is not in ``known``."""
+    if spec.strip().lower() == "all":
+        return list(known)
+    names = [v.strip() for v in spec.split(",") if v.strip()]
+    unknown = [v for v in names if v not in known]
+    if unknown:
+        print(f"error: unknown {family} variants {unknown}; known: {sorted(known)}",
+              file=sys.stderr)
+        return None
+    return names
+
+
 def import_optional(name: str):
     """(module, None) or (None, reason)."""
     try:

@@ -326,15 +326,9 @@ def main(argv=None) -> int:
     notes = []
 
     all_variants = d2.attention_variants()
-    if args.variants.strip().lower() == "all":
-        variants = list(all_variants)
-    else:
-        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-        unknown = [v for v in variants if v not in all_variants]
-        if unknown:
-            print(f"error: unknown attention variants {unknown}; known: {sorted(all_variants)}",
-                  file=sys.stderr)
-            return 2
+    variants = C.select_variants(args.variants, all_variants, "attention")
+    if variants is None:
+        return 2
 
     torch, why_no_torch = C.try_import_torch()
     peers_info = {}

@@ -269,14 +269,9 @@ def main(argv=None) -> int:
         C.log(f"WARNING: {notes[-1]}")
         variants = []
         exit_code = 3
-    elif args.variants.strip().lower() == "all":
-        variants = list(all_variants)
     else:
-        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-        unknown = [v for v in variants if v not in all_variants]
-        if unknown:
-            print(f"error: unknown GDN variants {unknown}; known: {sorted(all_variants)}",
-                  file=sys.stderr)
+        variants = C.select_variants(args.variants, all_variants, "GDN")
+        if variants is None:
             return 2
     if prefill is not None and where != "dflash2_numba.gdn_prefill":
         notes.append(f"gdn_prefill taken from {where}")
