@@ -124,6 +124,13 @@ def _l2norm(x):
 _STEP_BLOCK = 256  # tokens whose inputs are converted / normalised together
 
 
+def _flat_inputs(p):
+    """``(value head -> q/k head map, q, k, v, g, beta)`` with (B, T) flattened to rows."""
+    B, T, H, K, HV, V = (p[x] for x in ("B", "T", "H", "K", "HV", "V"))
+    return (np.arange(HV) // (HV // H), p["q"].reshape(B * T, H, K), p["k"].reshape(B * T, H, K),
+            p["v"].reshape(B * T, HV, V), p["g"].reshape(B * T, HV), p["beta"].reshape(B * T, HV))
+
+
 def _gdn_fp64(p):
     """Contract B token recurrence in float64, vectorised over (sequence, value head).
 
@@ -131,12 +138,7 @@ def _gdn_fp64(p):
     time does not collapse when a multi-threaded BLAS competes for busy cores.
     """
     B, T, H, K, HV, V, N = (p[x] for x in ("B", "T", "H", "K", "HV", "V", "N"))
-    hmap = np.arange(HV) // (HV // H)
-    qf = p["q"].reshape(B * T, H, K)
-    kf = p["k"].reshape(B * T, H, K)
-    vf = p["v"].reshape(B * T, HV, V)
-    gf = p["g"].reshape(B * T, HV)
-    bf = p["beta"].reshape(B * T, HV)
+    hmap, qf, kf, vf, gf, bf = _flat_inputs(p)
     scale = p["scale"]
     order = np.argsort(-p["lens"], kind="stable")   # longest first: active set is a prefix
     lens_s = p["lens"][order]
@@ -270,12 +272,7 @@ def _chunk_step(qc, kc, vc, gc, bc, h, scale):
 
 def _gdn_chunked(p, chunk):
     B, T, H, K, HV, V, N = (p[x] for x in ("B", "T", "H", "K", "HV", "V", "N"))
-    hmap = np.arange(HV) // (HV // H)
-    qf = p["q"].reshape(B * T, H, K)
-    kf = p["k"].reshape(B * T, H, K)
-    vf = p["v"].reshape(B * T, HV, V)
-    gf = p["g"].reshape(B * T, HV)
-    bf = p["beta"].reshape(B * T, HV)
+    hmap, qf, kf, vf, gf, bf = _flat_inputs(p)
     o = np.zeros((B * T, HV, V), dtype=np.float64)
     state = np.zeros((N, HV, K, V), dtype=np.float64)
     for n in range(N):

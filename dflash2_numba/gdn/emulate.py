@@ -100,21 +100,32 @@ def _prep(q, k, v, g, beta, scale, use_l2norm):
     return qs, kn, v, g, beta
 
 
+def _outputs(qs, v, cu_seqlens):
+    """Zeroed FP32 output ``[B,T,HV,V]`` and final states ``[N,HV,K,V]``, and the sequences."""
+    B, T, H, K = qs.shape
+    HV, V = v.shape[2], v.shape[3]
+    seqs = _sequences(B, T, cu_seqlens)
+    return (np.zeros((B, T, HV, V), dtype=F32), np.zeros((len(seqs), HV, K, V), dtype=F32),
+            seqs)
+
+
+def _initial(initial_state, n, hv, K, V):
+    """Sequence n's starting state for value head hv (FP32 copy; zeros without one)."""
+    if initial_state is None:
+        return np.zeros((K, V), F32)
+    return np.array(initial_state[n, hv], dtype=F32)
+
+
 def serial_emulate(q, k, v, g, beta, scale=None, initial_state=None, cu_seqlens=None,
                    use_qk_l2norm=True):
     """The serial family's FP32 result ``(o float32 [B,T,HV,V], state float32 [N,HV,K,V])``."""
     qs, kn, v, g, beta = _prep(q, k, v, g, beta, scale, use_qk_l2norm)
-    B, T, H, K = qs.shape
-    HV, V = v.shape[2], v.shape[3]
-    G = HV // H
-    seqs = _sequences(B, T, cu_seqlens)
-    o = np.zeros((B, T, HV, V), dtype=F32)
-    state = np.zeros((len(seqs), HV, K, V), dtype=F32)
+    o, state, seqs = _outputs(qs, v, cu_seqlens)
+    K, V, G = qs.shape[3], v.shape[3], v.shape[2] // qs.shape[2]
     for n, (b, bos, L) in enumerate(seqs):
-        for hv in range(HV):
+        for hv in range(v.shape[2]):
             hq = hv // G
-            h = (np.zeros((K, V), F32) if initial_state is None
-                 else np.array(initial_state[n, hv], dtype=F32))
+            h = _initial(initial_state, n, hv, K, V)
             for t in range(bos, bos + L):
                 a = F32(math.exp(float(g[b, t, hv])))
                 km = kn[b, t, hq]
@@ -159,17 +170,12 @@ def chunked_emulate(q, k, v, g, beta, scale=None, initial_state=None, cu_seqlens
     """The chunked family's FP32 result ``(o float32 [B,T,HV,V], state float32 [N,HV,K,V])``,
     following the operation order written down in :mod:`dflash2_numba.gdn.chunked`."""
     qs_all, kn_all, v_all, g_all, b_all = _prep(q, k, v, g, beta, scale, use_qk_l2norm)
-    B, T, H, K = qs_all.shape
-    HV, V = v_all.shape[2], v_all.shape[3]
-    G = HV // H
-    seqs = _sequences(B, T, cu_seqlens)
-    o = np.zeros((B, T, HV, V), dtype=F32)
-    state = np.zeros((len(seqs), HV, K, V), dtype=F32)
+    o, state, seqs = _outputs(qs_all, v_all, cu_seqlens)
+    K, V, G = qs_all.shape[3], v_all.shape[3], v_all.shape[2] // qs_all.shape[2]
     for n, (b, bos, Ln) in enumerate(seqs):
-        for hv in range(HV):
+        for hv in range(v_all.shape[2]):
             hq = hv // G
-            h = (np.zeros((K, V), F32) if initial_state is None
-                 else np.array(initial_state[n, hv], dtype=F32))
+            h = _initial(initial_state, n, hv, K, V)
             for c0 in range(0, Ln, chunk):
                 L = min(chunk, Ln - c0)
                 sl = slice(bos + c0, bos + c0 + L)
