@@ -38,16 +38,11 @@ from ._split_state import (OFF_OQ, OFF_VN, OFF_WQ, item_layout, load_state_slice
 _F32 = types.float32        # (the dynamic shared array's dtype, as the simulator wants it)
 
 
-def ws_offsets(K: int, stage_kp: bool):
-    """``(U slice, gamma buffers, total)`` float offsets of the dynamic shared memory."""
-    off_u = OFF_WQ + 2 * K * C + ((C * K + C * C) if stage_kp else 0)
-    off_g = off_u + C * VS
-    return off_u, off_g, off_g + 2 * C
-
-
 def ws_floats(K: int, stage_kp: bool) -> int:
-    """Dynamic shared memory of :func:`gdn_ws_state_kernel` in floats."""
-    return ws_offsets(K, stage_kp)[2]
+    """Dynamic shared memory of :func:`gdn_ws_state_kernel` in floats: the staged layout of
+    the module docstring, ending with the U slice and the two gamma buffers (the kernel
+    derives the same offsets from ``K`` and ``stage_kp``)."""
+    return OFF_WQ + 2 * K * C + ((C * K + C * C) if stage_kp else 0) + C * VS + 2 * C
 
 
 @_dev
