@@ -7,11 +7,10 @@ not looked at. Used by ``bench/profile_kernels.py leave-out`` on a GPU.
 """
 from __future__ import annotations
 
-import inspect
-import textwrap
-
 from dflash2_numba._compat import SIMULATOR, cuda
 from dflash2_numba.gdn import _split_state, _split_state_ws
+
+from ._source_edit import edited_device_function
 
 # (original text, replacement) pairs; each must occur exactly once in the device function
 _SPLIT_EDITS = (
@@ -43,16 +42,7 @@ _WS_EDITS = (
 
 
 def _build(module, fn_name, edits, launch_bounds, extra):
-    fn = getattr(module, fn_name)
-    src = textwrap.dedent(inspect.getsource(fn.py_func if hasattr(fn, "py_func") else fn))
-    src = "\n".join(line for line in src.split("\n") if not line.startswith("@"))
-    for old, new in edits:
-        if src.count(old) != 1:
-            raise RuntimeError(f"{fn_name} changed; cannot apply: {old[:60]!r}")
-        src = src.replace(old, new)
-    namespace = dict(vars(module))
-    exec(compile(src, "<leave_out_item>", "exec"), namespace)
-    item = cuda.jit(device=True)(namespace["leave_out_item"])
+    item, namespace = edited_device_function(module, fn_name, edits, "leave_out_item")
     f32 = namespace["_F32"]
 
     if extra:

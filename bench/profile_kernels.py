@@ -14,6 +14,11 @@ Modes
                 ``--variants``) with parts switched off (copies, phase-1 fma loops, phase-2
                 fma loops; see :mod:`bench._state_leave_one_out`), results discarded: the
                 time each part costs.
+  ``phase-clock`` ``chunked_ws``'s state pass with per-warp ``%clock64`` stamps around its
+                two phases for chunks ``--clock-chunks LO:HI`` (see
+                :mod:`bench._state_phase_clock`): byte equality with the real state pass,
+                then each warp role's busy and barrier-waiting cycles per phase and the
+                chunk-step period.
   ``gdn-once``  one ``--gdn-variant`` call (to run under ``ncu -k regex:gdn_``).
   ``attn-once`` one ``tiled`` (``--attn-variant``) attention launch at 261888 tokens, production
                 shape (to run under ``ncu -k regex:split_kernel``).
@@ -212,6 +217,46 @@ def mode_leave_out(args, inputs):
     return rows
 
 
+def mode_phase_clock(args, inputs):
+    from bench import _state_phase_clock as X
+    from dflash2_numba._compat import exact_fp32
+    from dflash2_numba._dynshared import DynShared
+
+    c_lo, c_hi = (int(x) for x in args.clock_chunks.split(":"))
+    call = d2.plan_gdn(**inputs, variant="chunked_ws", check_values=False)
+    call.launch()
+    cuda.synchronize()
+    ro, rs = (host(x) for x in call.results())
+    p, s = call.plan, call.plan.scratch
+    nthr = int(s.ws.ncomp) + s.ws.ncopy
+    stamps = cuda.to_device(np.full((s.n_items, c_hi - c_lo, -(-nthr // 32), X.N_STAMPS), -1,
+                                    np.int64))
+    kern = DynShared(X.kernel, s.ws.smem)
+
+    def go():
+        with exact_fp32():
+            kern[s.n_items, nthr, 0](p.o, p.h0, p.h0_idx, p.hT, p.hT_idx, p.seqs, s.items,
+                                     s.scr, s.F, np.int32(p.H), np.int32(p.K), s.ws.stage_kp,
+                                     s.ws.ncomp, stamps, np.int32(c_lo), np.int32(c_hi))
+    p.o.copy_to_device(np.full(p.o.shape, -777.0, p.o.dtype))      # sentinels: every
+    p.hT.copy_to_device(np.full(p.hT.shape, -777.0, p.hT.dtype))   # byte must be rewritten
+    go()
+    cuda.synchronize()
+    vo, vs = (host(x) for x in call.results())
+    rows = [dict(what=f"clocked chunked_ws state pass vs chunked_ws, T={args.T}",
+                 out=vo.tobytes() == ro.tobytes(), state=vs.tobytes() == rs.tobytes())]
+    log(rows[-1])
+    rows.append(dict(what="clocked state pass", ms=event_median_ms(go, 3, 1)))
+    rows.append(dict(what="real state pass", ms=event_median_ms(ws_state_launcher(call), 3, 1)))
+    log(rows[-2:])
+    st = stamps.copy_to_host()
+    np.save(Path(args.out, "phase_clock_stamps.npy"), st)
+    rows.append(dict(what=f"cycles, chunks {c_lo}:{c_hi}", comp=int(s.ws.ncomp),
+                     copy=s.ws.ncopy, kp=int(s.ws.stage_kp), **X.summarise(st, s.ws.ncomp)))
+    log(rows[-1])
+    return rows
+
+
 def mode_attn_once(args):
     D, HQ, PAGE, ctx = 256, 6, 3296, 261888
     pages = -(-ctx // PAGE) + 1
@@ -234,13 +279,15 @@ def mode_attn_once(args):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", choices=["gdn", "leave-out", "gdn-once", "attn-once"])
+    ap.add_argument("mode", choices=["gdn", "leave-out", "phase-clock", "gdn-once", "attn-once"])
     ap.add_argument("--T", type=int, default=65536)
     ap.add_argument("--sweep", default="", help="state-pass configurations COLSxTHREADSxSTAGE_KP")
     ap.add_argument("--ws-sweep", default="",
                     help="chunked_ws state-pass configurations COLSxCOMPUTExCOPYxSTAGE_KP")
     ap.add_argument("--variants", default="chunked_split,chunked_ws,chunked_pipe",
                     help="gdn mode: the variants checked byte for byte and timed")
+    ap.add_argument("--clock-chunks", default="256:264",
+                    help="phase-clock: the chunks LO:HI whose stamps are kept")
     ap.add_argument("--gdn-variant", default="chunked_split", help="gdn-once: the variant")
     ap.add_argument("--attn-variant", default="tiled")
     ap.add_argument("--reps", type=int, default=5)
@@ -258,6 +305,9 @@ def main(argv=None):
             rows = [dict(what=f"{args.gdn_variant} launched once")]
         elif args.mode == "gdn":
             rows = mode_gdn(args, inputs)
+        elif args.mode == "phase-clock":
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            rows = mode_phase_clock(args, inputs)
         else:
             rows = mode_leave_out(args, inputs)
     for r in rows:

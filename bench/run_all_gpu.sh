@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU figure bench/RESULTS.md records, in stages that each fit one device call.
 # Usage: DFLASH2_COMMIT=<sha> bash bench/run_all_gpu.sh OUTDIR STAGE...
-#   stages: tests (gpu-marked pytest), sanitize, screen, bench-attention, bench-gdn
+#   stages: tests (gpu-marked pytest), sanitize, screen, bench-attention, bench-gdn,
+#           phase-clock (chunked_ws state pass, cycles per phase), copy-ceiling (L2 -> SM copy rate)
 set -u
 out=${1:?usage: run_all_gpu.sh OUTDIR STAGE...}
 shift
@@ -30,6 +31,12 @@ for stage in "$@"; do
       python3 bench/gdn.py --out "$out" --budget-s "${BENCH_BUDGET_S:-240}" \
           > "$out/bench_gdn.log" 2>&1; rc=$?
       tail -n 25 "$out/bench_gdn.log" ;;
+    phase-clock)
+      python3 bench/profile_kernels.py phase-clock --out "$out" > "$out/phase_clock.log" 2>&1; rc=$?
+      tail -n 6 "$out/phase_clock.log" ;;
+    copy-ceiling)
+      python3 bench/l2_copy_ceiling.py --out "$out" > "$out/copy_ceiling.log" 2>&1; rc=$?
+      tail -n 40 "$out/copy_ceiling.log" ;;
     *) echo "unknown stage $stage"; rc=2 ;;
   esac
   echo "== stage $stage: exit $rc in $(( $(date +%s) - start )) s"

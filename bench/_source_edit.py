@@ -1,0 +1,28 @@
+"""Timing experiments built from the package's own device-function source: a copy of a
+device function with exact text edits applied, compiled as a new device function, so the
+experiment follows the kernel as it is today (an edit that no longer applies is an error,
+not a silent no-op)."""
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+from dflash2_numba._compat import cuda
+
+
+def edited_device_function(module, fn_name, edits, new_name, extra=None):
+    """``module.fn_name``'s source with each ``(old, new)`` of ``edits`` applied (each ``old``
+    must occur exactly once), decorators dropped, executed in a copy of the module's
+    namespace (plus ``extra``), and the function ``new_name`` it defines returned as a
+    numba device function, with that namespace."""
+    fn = getattr(module, fn_name)
+    src = textwrap.dedent(inspect.getsource(fn.py_func if hasattr(fn, "py_func") else fn))
+    src = "\n".join(line for line in src.split("\n") if not line.startswith("@"))
+    for old, new in edits:
+        if src.count(old) != 1:
+            raise RuntimeError(f"{fn_name} changed; cannot apply: {old[:60]!r}")
+        src = src.replace(old, new)
+    namespace = dict(vars(module))
+    namespace.update(extra or {})
+    exec(compile(src, f"<{new_name}>", "exec"), namespace)
+    return cuda.jit(device=True)(namespace[new_name]), namespace
