@@ -2,7 +2,8 @@
 # Every GPU figure bench/RESULTS.md records, in stages that each fit one device call.
 # Usage: DFLASH2_COMMIT=<sha> bash bench/run_all_gpu.sh OUTDIR STAGE...
 #   stages: tests (gpu-marked pytest), sanitize, screen, bench-attention, bench-gdn,
-#           phase-clock (chunked_ws state pass, cycles per phase), copy-ceiling (L2 -> SM copy rate)
+#           phase-clock (chunked_ws state pass, cycles per phase), copy-ceiling (L2 -> SM copy rate),
+#           ncu-gdn (Nsight Compute report of chunked_ws's two kernels, one call)
 set -u
 out=${1:?usage: run_all_gpu.sh OUTDIR STAGE...}
 shift
@@ -37,6 +38,13 @@ for stage in "$@"; do
     copy-ceiling)
       python3 bench/l2_copy_ceiling.py --out "$out" > "$out/copy_ceiling.log" 2>&1; rc=$?
       tail -n 40 "$out/copy_ceiling.log" ;;
+    ncu-gdn)
+      ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
+          --section SourceCounters --section InstructionStats --section MemoryWorkloadAnalysis \
+          --section Occupancy -k regex:gdn_ python3 bench/profile_kernels.py gdn-once \
+          --gdn-variant chunked_ws --out "$out" > "$out/ncu_gdn_ws.txt" 2>&1; rc=$?
+      grep -E "^  [a-z_]+.*\(|Duration|Issue Active|Warp Cycles Per Issued|Stall (Barrier|Long|Short|Wait)" \
+          "$out/ncu_gdn_ws.txt" | head -n 24 ;;
     *) echo "unknown stage $stage"; rc=2 ;;
   esac
   echo "== stage $stage: exit $rc in $(( $(date +%s) - start )) s"
