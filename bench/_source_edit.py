@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import textwrap
 
-from dflash2_numba._compat import cuda
+from dflash2_numba._compat import SIMULATOR, cuda
 
 
 def edited_device_function(module, fn_name, edits, new_name, extra=None):
@@ -26,3 +26,8 @@ def edited_device_function(module, fn_name, edits, new_name, extra=None):
     namespace.update(extra or {})
     exec(compile(src, f"<{new_name}>", "exec"), namespace)
     return cuda.jit(device=True)(namespace[new_name]), namespace
+
+
+def state_kernel(fn, launch_bounds):
+    """``fn`` as a kernel with the state pass's launch bounds (the simulator's jit takes none)."""
+    return cuda.jit(fn) if SIMULATOR else cuda.jit(fn, launch_bounds=launch_bounds)

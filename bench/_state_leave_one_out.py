@@ -7,10 +7,10 @@ not looked at. Used by ``bench/profile_kernels.py leave-out`` on a GPU.
 """
 from __future__ import annotations
 
-from dflash2_numba._compat import SIMULATOR, cuda
+from dflash2_numba._compat import cuda
 from dflash2_numba.gdn import _split_state, _split_state_ws
 
-from ._source_edit import edited_device_function
+from ._source_edit import edited_device_function, state_kernel
 
 # (original text, replacement) pairs; each must occur exactly once in the device function
 _SPLIT_EDITS = (
@@ -58,9 +58,7 @@ def _build(module, fn_name, edits, launch_bounds, extra):
             item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, cuda.blockIdx.x,
                  stage_kp, sm, skip)
 
-    if SIMULATOR:       # (the simulator's jit has no launch bounds)
-        return cuda.jit(leave_out_kernel)
-    return cuda.jit(leave_out_kernel, launch_bounds=launch_bounds)
+    return state_kernel(leave_out_kernel, launch_bounds)
 
 
 def _bounds(which):

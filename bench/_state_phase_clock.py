@@ -26,12 +26,11 @@ import numpy as np
 
 from dflash2_numba._compat import SIMULATOR, cuda
 from dflash2_numba.gdn import _split_state_ws
+from dflash2_numba.gdn.chunked_ws import WS_LAUNCH_BOUNDS
 
-from ._source_edit import edited_device_function
+from ._source_edit import edited_device_function, state_kernel
 
 N_STAMPS = 5
-STAMP_NAMES = ("phase1_start", "phase1_issued", "phase1_released", "phase2_issued",
-               "phase2_released")
 
 if SIMULATOR:
     def clk():
@@ -95,11 +94,7 @@ def _build():
         item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, cuda.blockIdx.x, stage_kp,
              ncomp, sm, stamps, c_lo, c_hi)
 
-    if SIMULATOR:       # (the simulator's jit has no launch bounds)
-        return cuda.jit(clocked_kernel)
-    from dflash2_numba.gdn.chunked_ws import WS_LAUNCH_BOUNDS
-
-    return cuda.jit(clocked_kernel, launch_bounds=WS_LAUNCH_BOUNDS)
+    return state_kernel(clocked_kernel, WS_LAUNCH_BOUNDS)
 
 
 #: chunked_ws's state pass with cycle stamps (the state kernel's arguments, then

@@ -32,7 +32,8 @@ import os  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dflash2_numba  # noqa: E402,F401  (numpy shim before numba)
-from dflash2_numba._compat import SIMULATOR, cuda  # noqa: E402
+from dflash2_numba._compat import cuda  # noqa: E402
+from dflash2_numba._dynshared import DynShared  # noqa: E402
 from dflash2_numba.gdn._split_ops import pf2  # noqa: E402
 from dflash2_numba.gdn._split_state import stage_two  # noqa: E402
 from numba import types  # noqa: E402
@@ -77,8 +78,6 @@ _kernel = cuda.jit(copy_steps_kernel)
 
 def launcher(src, region, nsteps, groups, per_group, share, prefetch, threads, dump, stream=0):
     """A no-argument function that launches one run (dynamic shared memory: the region)."""
-    from dflash2_numba._dynshared import DynShared
-
     kern = DynShared(_kernel, 4 * region)
     args = (src, np.int64(region), np.int32(nsteps), np.int32(per_group), np.int32(share),
             np.int32(prefetch), dump)
@@ -134,5 +133,5 @@ def main(argv=None):
     return 0
 
 
-if __name__ == "__main__" and not SIMULATOR:
+if __name__ == "__main__":
     sys.exit(main())

@@ -96,24 +96,38 @@ def split_launchers(call):
         _registry.launch(S.PREP_NAME, S._prep, s.nslots * p.H, s.prep_threads, 0,
                          p.q, p.k, p.v, p.g, p.beta, s.chunks, s.scr, s.F, p.scale, p.use_l2)
 
-    def state():
-        _registry.launch(S.STATE_NAME, s.state_kernel, s.n_items, s.state_threads, 0,
-                         p.o, p.h0, p.h0_idx, p.hT, p.hT_idx, p.seqs, s.items, s.scr, s.F,
-                         np.int32(p.H), np.int32(p.K), s.stage_kp)
-    return prep, state
+    return prep, state_pass_launcher(call, S._state)
 
 
 def ws_state_launcher(call):
     """The state kernel of a planned ``chunked_ws`` call alone."""
     from dflash2_numba.gdn import chunked_ws as W
 
-    p, s = call.plan, call.plan.scratch
+    return state_pass_launcher(call, W._state)
 
-    def state():
-        _registry.launch(W.STATE_NAME, s.ws.kernel, s.n_items, int(s.ws.ncomp) + s.ws.ncopy, 0,
-                         p.o, p.h0, p.h0_idx, p.hT, p.hT_idx, p.seqs, s.items, s.scr, s.F,
-                         np.int32(p.H), np.int32(p.K), s.ws.stage_kp, s.ws.ncomp)
-    return state
+
+def state_pass_launcher(call, kernel, *extra):
+    """A no-argument launch of ``kernel``: the planned call's state kernel or an experiment
+    copy of it (``bench._state_leave_one_out``, ``bench._state_phase_clock``), with the state
+    kernel's own arguments followed by ``extra``, the variant's grid, block and dynamic
+    shared memory, compiled under the exact-FP32 flags."""
+    from dflash2_numba._compat import exact_fp32
+    from dflash2_numba._dynshared import DynShared
+
+    p, s = call.plan, call.plan.scratch
+    if hasattr(s, "ws"):                                    # chunked_ws
+        kern = DynShared(kernel, s.ws.smem)
+        block, trail = int(s.ws.ncomp) + s.ws.ncopy, (s.ws.stage_kp, s.ws.ncomp)
+    else:                                                   # chunked_split
+        kern = DynShared(kernel, s.smem)
+        block, trail = s.state_threads, (s.stage_kp,)
+    args = (p.o, p.h0, p.h0_idx, p.hT, p.hT_idx, p.seqs, s.items, s.scr, s.F, np.int32(p.H),
+            np.int32(p.K)) + trail + extra
+
+    def go():
+        with exact_fp32():
+            kern[s.n_items, block, 0](*args)
+    return go
 
 
 def mode_gdn(args, inputs):
@@ -189,28 +203,15 @@ LEAVE_OUT = ((0, "full"), (1, "no copies"), (2, "no phase-1 fma"), (4, "no phase
 
 def mode_leave_out(args, inputs):
     from bench import _state_leave_one_out as X
-    from dflash2_numba._compat import exact_fp32
-    from dflash2_numba._dynshared import DynShared
 
     rows = []
     for variant in [v for v in args.variants.split(",") if v in ("chunked_split", "chunked_ws")]:
         call = d2.plan_gdn(**inputs, variant=variant, check_values=False)
         call.launch()
         cuda.synchronize()
-        p, s = call.plan, call.plan.scratch
-        if variant == "chunked_split":
-            kern = DynShared(X.kernel, s.smem)
-            grid, block, extra = s.n_items, s.state_threads, (s.stage_kp,)
-        else:
-            kern = DynShared(X.ws_kernel, s.ws.smem)
-            grid, block = s.n_items, int(s.ws.ncomp) + s.ws.ncopy
-            extra = (s.ws.stage_kp, s.ws.ncomp)
+        kern = X.kernel if variant == "chunked_split" else X.ws_kernel
         for skip, name in LEAVE_OUT:
-            def go(skip=skip):
-                with exact_fp32():
-                    kern[grid, block, 0](p.o, p.h0, p.h0_idx, p.hT, p.hT_idx, p.seqs, s.items,
-                                         s.scr, s.F, np.int32(p.H), np.int32(p.K), *extra,
-                                         np.int32(skip))
+            go = state_pass_launcher(call, kern, np.int32(skip))
             rows.append(dict(variant=variant, skip=skip, what=name,
                              ms=event_median_ms(go, 3, 1)))
             log(rows[-1])
@@ -219,8 +220,6 @@ def mode_leave_out(args, inputs):
 
 def mode_phase_clock(args, inputs):
     from bench import _state_phase_clock as X
-    from dflash2_numba._compat import exact_fp32
-    from dflash2_numba._dynshared import DynShared
 
     c_lo, c_hi = (int(x) for x in args.clock_chunks.split(":"))
     call = d2.plan_gdn(**inputs, variant="chunked_ws", check_values=False)
@@ -228,16 +227,9 @@ def mode_phase_clock(args, inputs):
     cuda.synchronize()
     ro, rs = (host(x) for x in call.results())
     p, s = call.plan, call.plan.scratch
-    nthr = int(s.ws.ncomp) + s.ws.ncopy
-    stamps = cuda.to_device(np.full((s.n_items, c_hi - c_lo, -(-nthr // 32), X.N_STAMPS), -1,
-                                    np.int64))
-    kern = DynShared(X.kernel, s.ws.smem)
-
-    def go():
-        with exact_fp32():
-            kern[s.n_items, nthr, 0](p.o, p.h0, p.h0_idx, p.hT, p.hT_idx, p.seqs, s.items,
-                                     s.scr, s.F, np.int32(p.H), np.int32(p.K), s.ws.stage_kp,
-                                     s.ws.ncomp, stamps, np.int32(c_lo), np.int32(c_hi))
+    nwarps = -(-(int(s.ws.ncomp) + s.ws.ncopy) // 32)
+    stamps = cuda.to_device(np.full((s.n_items, c_hi - c_lo, nwarps, X.N_STAMPS), -1, np.int64))
+    go = state_pass_launcher(call, X.kernel, stamps, np.int32(c_lo), np.int32(c_hi))
     p.o.copy_to_device(np.full(p.o.shape, -777.0, p.o.dtype))      # sentinels: every
     p.hT.copy_to_device(np.full(p.hT.shape, -777.0, p.hT.dtype))   # byte must be rewritten
     go()
@@ -294,6 +286,7 @@ def main(argv=None):
     ap.add_argument("--inner", type=int, default=3)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.mode == "attn-once":
         rows = mode_attn_once(args)
     else:
@@ -306,13 +299,11 @@ def main(argv=None):
         elif args.mode == "gdn":
             rows = mode_gdn(args, inputs)
         elif args.mode == "phase-clock":
-            Path(args.out).mkdir(parents=True, exist_ok=True)
             rows = mode_phase_clock(args, inputs)
         else:
             rows = mode_leave_out(args, inputs)
     for r in rows:
         print(r)
-    Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, f"profile_{args.mode}.json").write_text(json.dumps(rows, indent=1))
     return 0
 

@@ -1,43 +1,53 @@
-"""bench/profile_kernels.py's leave-one-out kernels are built by editing the package's own
-staged state passes (``chunked_split``, ``chunked_ws``): with nothing switched off each
-must be its variant's state kernel, byte for byte."""
+"""The timing experiments of bench/ built from the package's own kernels: the leave-one-out
+and phase-clock copies of the staged state passes (``chunked_split``, ``chunked_ws``) must
+compute their variant's bytes exactly, and the L2 copy-ceiling kernel must move exact bytes."""
 import numpy as np
 import pytest
 
 import oracle
 from dflash2_numba import plan_gdn
-from dflash2_numba._compat import cuda, exact_fp32
-from dflash2_numba._dynshared import DynShared
+from dflash2_numba._compat import cuda
 
 
-def _launch_args(variant, s):
-    """(kernel, block, the state kernel's own trailing arguments) of a planned call."""
-    from bench import _state_leave_one_out as X
+def _planned_with_sentinels(variant, T, seed):
+    """A planned, launched GDN call, its results, and its output / final-state buffers
+    refilled with the sentinel, so an experiment kernel must rewrite every byte."""
+    case = oracle.random_gdn_case(np.random.default_rng(seed), B=1, T=T, H=1, HV=2, K=32, V=32,
+                                  dtype=np.float32, cu_seqlens=None, with_state=True)
+    call = plan_gdn(**case, variant=variant, out_dtype="float32")
+    call.launch()
+    ref = call.results()
+    call.plan.o.copy_to_device(np.full(call.plan.o.shape, -777.0, np.float32))
+    call.plan.hT.copy_to_device(np.full(call.plan.hT.shape, -777.0, np.float32))
+    return call, ref
 
-    if variant == "chunked_split":
-        return DynShared(X.kernel, s.smem), s.state_threads, (s.stage_kp,)
-    return (DynShared(X.ws_kernel, s.ws.smem), int(s.ws.ncomp) + s.ws.ncopy,
-            (s.ws.stage_kp, s.ws.ncomp))
+
+def _assert_results_are(call, ref):
+    cuda.synchronize()
+    assert call.plan.o.copy_to_host().tobytes() == np.asarray(ref[0]).tobytes()
+    assert call.plan.hT.copy_to_host().tobytes() == np.asarray(ref[1]).tobytes()
 
 
 @pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws"])
 def test_leave_one_out_kernel_with_nothing_skipped_is_the_state_pass(variant):
-    rng = np.random.default_rng(5)
-    case = oracle.random_gdn_case(rng, B=1, T=70, H=1, HV=2, K=32, V=32, dtype=np.float32,
-                                  cu_seqlens=None, with_state=True)
-    call = plan_gdn(**case, variant=variant, out_dtype="float32")
-    call.launch()
-    ref_o, ref_s = call.results()
-    p, s = call.plan, call.plan.scratch
-    p.o.copy_to_device(np.full(p.o.shape, -777.0, np.float32))
-    p.hT.copy_to_device(np.full(p.hT.shape, -777.0, np.float32))
-    kern, block, extra = _launch_args(variant, s)
-    with exact_fp32():
-        kern[s.n_items, block, 0](p.o, p.h0, p.h0_idx, p.hT, p.hT_idx, p.seqs, s.items, s.scr,
-                                  s.F, np.int32(p.H), np.int32(p.K), *extra, np.int32(0))
-    cuda.synchronize()
-    assert p.o.copy_to_host().tobytes() == np.asarray(ref_o).tobytes()
-    assert p.hT.copy_to_host().tobytes() == np.asarray(ref_s).tobytes()
+    from bench import _state_leave_one_out as X
+    from bench.profile_kernels import state_pass_launcher
+
+    call, ref = _planned_with_sentinels(variant, 70, 5)
+    kern = X.kernel if variant == "chunked_split" else X.ws_kernel
+    state_pass_launcher(call, kern, np.int32(0))()
+    _assert_results_are(call, ref)
+
+
+@pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws"])
+def test_state_pass_launcher_runs_the_variants_own_state_kernel(variant):
+    """The launcher bench/profile_kernels.py times the state passes with (split_launchers,
+    ws_state_launcher) rewrites the call's output and final state with the same bytes."""
+    from bench.profile_kernels import split_launchers, ws_state_launcher
+
+    call, ref = _planned_with_sentinels(variant, 70, 8)
+    (split_launchers(call)[1] if variant == "chunked_split" else ws_state_launcher(call))()
+    _assert_results_are(call, ref)
 
 
 def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk():
@@ -45,26 +55,14 @@ def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk():
     stamps computes the same bytes; each sampled (item, chunk, warp) gets five ordered
     stamps, and chunks outside the sample range are not written."""
     from bench import _state_phase_clock as X
+    from bench.profile_kernels import state_pass_launcher
 
-    rng = np.random.default_rng(6)
-    case = oracle.random_gdn_case(rng, B=1, T=140, H=1, HV=2, K=32, V=32, dtype=np.float32,
-                                  cu_seqlens=None, with_state=True)
-    call = plan_gdn(**case, variant="chunked_ws", out_dtype="float32")
-    call.launch()
-    ref_o, ref_s = call.results()
-    p, s = call.plan, call.plan.scratch
-    p.o.copy_to_device(np.full(p.o.shape, -777.0, np.float32))
-    p.hT.copy_to_device(np.full(p.hT.shape, -777.0, np.float32))
-    nthr = int(s.ws.ncomp) + s.ws.ncopy
-    nwarps = -(-nthr // 32)
+    call, ref = _planned_with_sentinels("chunked_ws", 140, 6)   # chunks of 64 + 64 + 12
+    s = call.plan.scratch
+    nwarps = -(-(int(s.ws.ncomp) + s.ws.ncopy) // 32)
     stamps = cuda.to_device(np.full((s.n_items, 2, nwarps, X.N_STAMPS), -1, np.int64))
-    with exact_fp32():      # chunks 1 and 2 of three (T = 140: 64 + 64 + 12)
-        DynShared(X.kernel, s.ws.smem)[s.n_items, nthr, 0](
-            p.o, p.h0, p.h0_idx, p.hT, p.hT_idx, p.seqs, s.items, s.scr, s.F, np.int32(p.H),
-            np.int32(p.K), s.ws.stage_kp, s.ws.ncomp, stamps, np.int32(1), np.int32(3))
-    cuda.synchronize()
-    assert p.o.copy_to_host().tobytes() == np.asarray(ref_o).tobytes()
-    assert p.hT.copy_to_host().tobytes() == np.asarray(ref_s).tobytes()
+    state_pass_launcher(call, X.kernel, stamps, np.int32(1), np.int32(3))()   # chunks 1, 2
+    _assert_results_are(call, ref)
     st = stamps.copy_to_host()
     assert (st > 0).all()
     assert (np.diff(st, axis=3) >= 0).all()                 # a <= b <= c <= d <= e per warp
