@@ -103,33 +103,49 @@ kernel = _build()
 
 
 def summarise(stamps: np.ndarray, ncomp: int) -> dict:
-    """Cycle figures from the stamps (entries never written are negative and skipped):
-    per warp role (``compute`` warps ``< ncomp / 32``, ``copy`` warps after them), the
-    median over items and sampled chunks of each warp's busy and waiting cycles in each
-    phase, and the median chunk-step period (one warp's phase-1 start to the next)."""
+    """Cycle figures from the stamps (entries never written are negative and skipped).
+
+    Only the stamps taken *before* a barrier (a, b, d) time anything: on sm_70 and later
+    ptxas emits ``BAR.SYNC.DEFER_BLOCKING``, which lets the warp issue on until an
+    instruction that must wait, so the clock read right after a barrier (c, e) runs a
+    couple of cycles after the one before it (measured on the H200: c - b = 2) and the
+    wait shows up later. So, per (item, chunk): phase 1 ends when its last warp reaches
+    the barrier (``max_w b``), phase 2 when its last warp does (``max_w d``), and the next
+    chunk starts at its earliest ``a``. Per warp role (``compute`` warps ``< ncomp / 32``,
+    ``copy`` warps after them), medians over items and sampled chunks of: ``phase1_busy``
+    (b - chunk start), ``phase1_wait`` (max b - b), ``phase2_busy`` (d - max b),
+    ``phase2_wait`` (next chunk start - d, the loop's own top included); and per warp
+    number ``warp_phase1_busy`` / ``warp_phase2_busy``. Spans: ``phase1_span``,
+    ``phase2_span``, ``tail`` (next start - max d) and ``chunk_period``."""
     s = np.asarray(stamps, dtype=np.int64)
     ok = (s >= 0).all(axis=3)                              # (item, chunk, warp) written
-    a, b, c, d, e = (np.where(ok, s[..., k], np.nan).astype(np.float64)
-                     for k in range(N_STAMPS))
+    a, b, d = (np.where(ok, s[..., k], np.nan).astype(np.float64) for k in (0, 1, 3))
     seen = ok.any(axis=2)                                  # (item, chunk) with any stamp
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)    # (all-NaN rows of unseen chunks)
-        first = np.nanmin(a, axis=2, keepdims=True)        # earliest phase-1 start per chunk
-        spans = {"phase1_span": np.nanmax(c, axis=2) - first[..., 0],
-                 "phase2_span": np.nanmax(e, axis=2) - np.nanmin(c, axis=2)}
-        per = np.diff(first[..., 0], axis=1)               # chunk-step period
-    busy = {"phase1_busy": b - first, "phase1_barrier_wait": c - b,
-            "phase2_busy": d - c, "phase2_barrier_wait": e - d}
+        start = np.nanmin(a, axis=2)                       # (item, chunk)
+        end1 = np.nanmax(b, axis=2)
+        end2 = np.nanmax(d, axis=2)
+    nxt = np.concatenate([start[:, 1:], np.full_like(start[:, :1], np.nan)], axis=1)
+    per_warp = {"phase1_busy": b - start[..., None], "phase1_wait": end1[..., None] - b,
+                "phase2_busy": d - end1[..., None], "phase2_wait": nxt[..., None] - d}
     nw = s.shape[2]
     ncw = min(-(-int(ncomp) // 32), nw)
     out = {}
+
+    def med(x, m):
+        x = x[m & np.isfinite(x)]
+        return float(np.median(x)) if x.size else float("nan")
+
     for role, sl in (("compute", slice(0, ncw)), ("copy", slice(ncw, nw))):
         m = ok[:, :, sl]
         if m.any():
-            out[role] = {k: float(np.median(x[:, :, sl][m])) for k, x in busy.items()}
+            out[role] = {k: med(x[:, :, sl], m) for k, x in per_warp.items()}
             out[role]["warps"] = sl.stop - sl.start
-    per = per[np.isfinite(per)]
-    out["chunk_period"] = float(np.median(per)) if per.size else float("nan")
+    for k in ("phase1_busy", "phase2_busy"):
+        out["warp_" + k] = [med(per_warp[k][:, :, w], ok[:, :, w]) for w in range(nw)]
+    spans = {"phase1_span": end1 - start, "phase2_span": end2 - end1, "tail": nxt - end2,
+             "chunk_period": nxt - start}
     for k, x in spans.items():
-        out[k] = float(np.median(x[seen])) if seen.any() else float("nan")
+        out[k] = med(x, seen)
     return out

@@ -100,10 +100,9 @@ def split_launchers(call):
 
 
 def ws_state_launcher(call):
-    """The state kernel of a planned ``chunked_ws`` call alone."""
-    from dflash2_numba.gdn import chunked_ws as W
-
-    return state_pass_launcher(call, W._state)
+    """The state kernel of a planned warp-specialised call (``chunked_ws``,
+    ``chunked_wsr``) alone."""
+    return state_pass_launcher(call, call.plan.scratch.ws.jit)
 
 
 def state_pass_launcher(call, kernel, *extra):
@@ -115,7 +114,7 @@ def state_pass_launcher(call, kernel, *extra):
     from dflash2_numba._dynshared import DynShared
 
     p, s = call.plan, call.plan.scratch
-    if hasattr(s, "ws"):                                    # chunked_ws
+    if hasattr(s, "ws"):                                    # chunked_ws, chunked_wsr
         kern = DynShared(kernel, s.ws.smem)
         block, trail = int(s.ws.ncomp) + s.ws.ncopy, (s.ws.stage_kp, s.ws.ncomp)
     else:                                                   # chunked_split
@@ -160,9 +159,9 @@ def mode_gdn(args, inputs):
             rows.append(dict(what="chunked_split state only", cols=s.cols, thr=s.state_threads,
                              kp=int(s.stage_kp), ms=event_median_ms(state, args.reps, args.inner)))
             log(rows[-2:])
-        if name == "chunked_ws":
+        if hasattr(call.plan.scratch, "ws"):                 # chunked_ws, chunked_wsr
             s = call.plan.scratch
-            rows.append(dict(what="chunked_ws state only", cols=s.cols, comp=int(s.ws.ncomp),
+            rows.append(dict(what=f"{name} state only", cols=s.cols, comp=int(s.ws.ncomp),
                              copy=s.ws.ncopy, kp=int(s.ws.stage_kp),
                              ms=event_median_ms(ws_state_launcher(call), args.reps, args.inner)))
             log(rows[-1])
@@ -243,8 +242,9 @@ def mode_phase_clock(args, inputs):
     log(rows[-2:])
     st = stamps.copy_to_host()
     np.save(Path(args.out, "phase_clock_stamps.npy"), st)
-    rows.append(dict(what=f"cycles, chunks {c_lo}:{c_hi}", comp=int(s.ws.ncomp),
-                     copy=s.ws.ncopy, kp=int(s.ws.stage_kp), **X.summarise(st, s.ws.ncomp)))
+    rows.append(dict(what=f"cycles, chunks {c_lo}:{c_hi}", compute_threads=int(s.ws.ncomp),
+                     copy_threads=s.ws.ncopy, stage_kp=int(s.ws.stage_kp),
+                     **X.summarise(st, s.ws.ncomp)))
     log(rows[-1])
     return rows
 

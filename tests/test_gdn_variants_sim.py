@@ -154,7 +154,10 @@ def test_state_cache_server_form(variant, kind):
 KNOB_RUNS = [("chunked_split", 12, 7), ("chunked_split", 4, 128), ("chunked_pipe", 4, 128),
              # chunked_ws: 100 compute threads (36 of them copy in phase 1: w = 4 has 64
              # phase-1 units) + 32 copy threads; 7 compute threads (phase 1 takes turns)
-             ("chunked_ws", 4, 100), ("chunked_ws", 12, 7)]
+             ("chunked_ws", 4, 100), ("chunked_ws", 12, 7),
+             # chunked_wsr: 7 compute threads (units take turns) + 32 copy threads, each
+             # carrying 18 float4 and copying the rest directly; 100 + 32 at w = 4
+             ("chunked_wsr", 12, 7), ("chunked_wsr", 4, 100)]
 
 
 @pytest.mark.parametrize("variant,cols,threads", KNOB_RUNS)
@@ -175,7 +178,7 @@ def test_launch_knobs_do_not_change_bits(monkeypatch, variant, cols, threads):
 
 
 @pytest.mark.parametrize("stage_kp", ["0", "1"])
-@pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws"])
+@pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws", "chunked_wsr"])
 def test_state_staging_does_not_change_bits(monkeypatch, variant, stage_kp):
     """The staged state passes (chunked_split, chunked_ws) with and without Kd / P^T staged
     in shared memory (the device's shared-memory size picks one at plan time): same bits
@@ -193,6 +196,7 @@ def test_state_staging_does_not_change_bits(monkeypatch, variant, stage_kp):
 
 ROUTES = {"chunked_split": ({"gdn_split_prep": 1, "gdn_split_state": 1}, {"gdn_split_state": 1}),
           "chunked_ws": ({"gdn_split_prep": 1, "gdn_ws_state": 1}, {"gdn_ws_state": 1}),
+          "chunked_wsr": ({"gdn_split_prep": 1, "gdn_wsr_state": 1}, {"gdn_wsr_state": 1}),
           # one chunk per group on the simulator: groups 0 .. 1, launches 0 .. 2 (the first
           # pre-pass only, the last state only); empty sequences: one state launch
           "chunked_pipe": ({"gdn_split_pipe": 2}, {"gdn_split_pipe": 1})}

@@ -39,7 +39,7 @@ def test_leave_one_out_kernel_with_nothing_skipped_is_the_state_pass(variant):
     _assert_results_are(call, ref)
 
 
-@pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws"])
+@pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws", "chunked_wsr"])
 def test_state_pass_launcher_runs_the_variants_own_state_kernel(variant):
     """The launcher bench/profile_kernels.py times the state passes with (split_launchers,
     ws_state_launcher) rewrites the call's output and final state with the same bytes."""
@@ -68,8 +68,11 @@ def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk():
     assert (np.diff(st, axis=3) >= 0).all()                 # a <= b <= c <= d <= e per warp
     assert (st[:, 1, :, 0] >= st[:, 0, :, 4]).all()          # chunk 2 starts after chunk 1 ends
     summary = X.summarise(st, int(s.ws.ncomp))
-    assert set(summary) >= {"compute", "copy", "chunk_period", "phase1_span", "phase2_span"}
+    assert set(summary) >= {"compute", "copy", "chunk_period", "phase1_span", "phase2_span",
+                            "tail", "warp_phase1_busy", "warp_phase2_busy"}
     assert summary["chunk_period"] > 0 and summary["compute"]["phase1_busy"] >= 0
+    assert summary["compute"]["phase1_wait"] >= 0 and summary["copy"]["phase2_wait"] >= 0
+    assert len(summary["warp_phase1_busy"]) == nwarps
     # a stamp block never written (a chunk past the sequence) is skipped, not counted
     st2 = np.concatenate([st, np.full_like(st[:, :1], -1)], axis=1)
     assert X.summarise(st2, int(s.ws.ncomp))["chunk_period"] == summary["chunk_period"]

@@ -60,6 +60,9 @@ if SIMULATOR:
     def pf2(a, i):
         pass
 
+    def opaque(i):
+        return i
+
 else:
     from llvmlite import ir
     from numba.cuda import cgutils
@@ -165,4 +168,19 @@ else:
 
     pf1 = _prefetch("L1")     # into L1
     pf2 = _prefetch("L2")     # into L2
+
+    @intrinsic
+    def opaque(typingctx, i):
+        """``i`` (an int32) through one volatile ``mov``: the same value, but one the
+        compiler cannot hoist out of a loop (so index arithmetic derived from it is redone
+        where it is used instead of being kept in registers across the loop)."""
+        if not (isinstance(i, ntypes.Integer) and i.bitwidth == 32):
+            return None
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.IntType(32), [ir.IntType(32)]),
+                               "mov.b32 $0, $1;", "=r,r", side_effect=True)
+            return builder.call(asm, [args[0]])
+
+        return signature(i, i), codegen
 

@@ -100,6 +100,30 @@ def rows4(src, p, stride, x, px, a0, a1, a2, a3, n):
 
 
 @_dev
+def phase2_state_unit(sm, scr, u, nq, stage_kp, off_kp, kd_base, K, gl, L):
+    """Phase-2 state unit ``u`` (< ``nq`` units per column group x the column groups),
+    in place: chunked step 8 (``h' = h * gamma_{L-1}``, then ``fma(Kd_jm, vn_jc, h')`` for
+    j = 0 .. L-1): four rows x four columns with Kd staged at ``sm[off_kp ..]``, two rows
+    (more loads in flight) with Kd read from ``scr[kd_base ..]``."""
+    g = u // nq
+    c4 = 4 * g
+    if stage_kp != 0:
+        m0 = 4 * (u - g * nq)
+        ph = m0 * VS + c4
+        a0 = scale4(ld4(sm, ph), gl)
+        a1 = scale4(ld4(sm, ph + VS), gl)
+        a2 = scale4(ld4(sm, ph + 2 * VS), gl)
+        a3 = scale4(ld4(sm, ph + 3 * VS), gl)
+        a0, a1, a2, a3 = rows4(sm, off_kp + m0, K, sm, OFF_VN + c4, a0, a1, a2, a3, L)
+        st4(sm, ph, a0)
+        st4(sm, ph + VS, a1)
+        st4(sm, ph + 2 * VS, a2)
+        st4(sm, ph + 3 * VS, a3)
+    else:
+        state_rows2(sm, scr, 0, 0, kd_base, K, 2 * (u - g * nq), c4, gl, L)
+
+
+@_dev
 def out_pair(src, pa, pb, stride, x, px, oa, ob, na, nb):
     """Two output rows a, b (na <= nb steps) over four columns, interleaved:
     ``o_a[c] = fma(src[pa + j*stride], x[px + j*VS + c], o_a[c])`` for j = 0 .. na-1 and
@@ -224,25 +248,8 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
             half = (L + 1) // 2
             ns = nq * ncg
             for u in range(tid, ns + half * ncg, n2):
-                if u < ns and stage_kp != 0:
-                    g = u // nq
-                    m0 = 4 * (u - g * nq)
-                    c4 = 4 * g
-                    ph = m0 * VS + c4
-                    a0 = scale4(ld4(sm, ph), gl)
-                    a1 = scale4(ld4(sm, ph + VS), gl)
-                    a2 = scale4(ld4(sm, ph + 2 * VS), gl)
-                    a3 = scale4(ld4(sm, ph + 3 * VS), gl)
-                    a0, a1, a2, a3 = rows4(sm, off_kp + m0, K, sm, OFF_VN + c4,
-                                           a0, a1, a2, a3, L)
-                    st4(sm, ph, a0)
-                    st4(sm, ph + VS, a1)
-                    st4(sm, ph + 2 * VS, a2)
-                    st4(sm, ph + 3 * VS, a3)
-                elif u < ns:
-                    # (Kd read from global memory: two-row units, more loads in flight)
-                    g = u // nq
-                    state_rows2(sm, scr, 0, 0, sb + o_kd, K, 2 * (u - g * nq), 4 * g, gl, L)
+                if u < ns:
+                    phase2_state_unit(sm, scr, u, nq, stage_kp, off_kp, sb + o_kd, K, gl, L)
                 else:
                     u2 = u - ns
                     g = u2 // half

@@ -58,14 +58,16 @@ def _state_signatures():
     return tuple(sig + (types.int32,) for sig in S._state_signatures())
 
 
-def _threads(plan: GdnPlan, w: int, stage_kp: bool):
-    """(compute threads, copy threads), whole warps: at most one compute thread per
-    two-row phase-2 unit."""
+def _threads(plan: GdnPlan, w: int, stage_kp: bool, defaults=None, cap=None):
+    """(compute threads, copy threads), whole warps: at most ``cap(K, w, stage_kp)`` compute
+    threads (by default one per two-row phase-2 unit); ``defaults`` maps ``stage_kp`` to
+    the (compute, copy) pair used when no knob is set."""
     if SIMULATOR:
         ncomp, ncopy = SIM_COMPUTE, SIM_COPY
     else:
-        comp0, copy0 = DEFAULT_THREADS[bool(stage_kp)]
-        ncomp = S.STATE_THREADS or min(comp0, staged_threads(plan.K, w))
+        comp0, copy0 = (defaults or DEFAULT_THREADS)[bool(stage_kp)]
+        most = cap(plan.K, w, stage_kp) if cap else staged_threads(plan.K, w)
+        ncomp = S.STATE_THREADS or min(comp0, most)
         ncomp = -(-ncomp // 32) * 32
         ncopy = max(32, ((COPY_THREADS or copy0) // 32) * 32)
     if plan.threads:
@@ -75,37 +77,48 @@ def _threads(plan: GdnPlan, w: int, stage_kp: bool):
     return ncomp, ncopy
 
 
-def prepare(plan: GdnPlan, stream) -> None:
-    """Plan time: chunked_split's tables and scratch, then this variant's state kernel
-    configuration (launches allocate nothing: CUDA-graph capturable)."""
+def prepare_with(plan: GdnPlan, stream, kernel, name: str, defaults=None, cap=None) -> None:
+    """Plan time of a warp-specialised variant (``kernel``: its jitted state kernel, with
+    this module's arguments and shared layout): chunked_split's tables and scratch, then
+    the state kernel configuration in ``plan.scratch.ws`` (launches allocate nothing:
+    CUDA-graph capturable)."""
     s = S.prepare_scratch(plan, stream)
     stage_kp = S.stage_kp_choice(ws_floats(plan.K, True))
-    ncomp, ncopy = _threads(plan, s.cols, stage_kp)
+    ncomp, ncopy = _threads(plan, s.cols, stage_kp, defaults, cap)
     smem = 4 * ws_floats(plan.K, stage_kp)
     args = (plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items, s.scr,
             s.F, np.int32(plan.H), np.int32(plan.K), np.int32(stage_kp), np.int32(ncomp))
-    total = S.fit_threads(_state, args, ncomp + ncopy)
+    total = S.fit_threads(kernel, args, ncomp + ncopy)
     if total < ncomp + ncopy:       # pragma: no cover - a toolchain that needs more registers
-        raise RuntimeError(f"chunked_ws: {ncomp} + {ncopy} threads do not fit one SM")
-    s.ws = SimpleNamespace(kernel=DynShared(_state, smem), smem=smem, ncomp=np.int32(ncomp),
-                           ncopy=ncopy, stage_kp=np.int32(stage_kp))
+        raise RuntimeError(f"{name}: {ncomp} + {ncopy} threads do not fit one SM")
+    s.ws = SimpleNamespace(kernel=DynShared(kernel, smem), jit=kernel, smem=smem,
+                           ncomp=np.int32(ncomp), ncopy=ncopy, stage_kp=np.int32(stage_kp))
     plan.scratch = s
 
 
-def run(plan: GdnPlan, stream) -> None:
+def run_with(plan: GdnPlan, stream, state_name: str, prepare_fn) -> None:
+    """chunked_split's pre-pass, then the warp-specialised state kernel ``state_name``."""
     if plan.n_items == 0:
         return
     if plan.scratch is None or not hasattr(plan.scratch, "ws"):
-        prepare(plan, stream)
+        prepare_fn(plan, stream)
     s = plan.scratch
     if s.nslots:
         _registry.launch(S.PREP_NAME, S._prep, s.nslots * plan.H, s.prep_threads, stream,
                          plan.q, plan.k, plan.v, plan.g, plan.beta, s.chunks, s.scr, s.F,
                          plan.scale, plan.use_l2)
     ws = s.ws
-    _registry.launch(STATE_NAME, ws.kernel, s.n_items, int(ws.ncomp) + ws.ncopy, stream,
+    _registry.launch(state_name, ws.kernel, s.n_items, int(ws.ncomp) + ws.ncopy, stream,
                      plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items,
                      s.scr, s.F, np.int32(plan.H), np.int32(plan.K), ws.stage_kp, ws.ncomp)
+
+
+def prepare(plan: GdnPlan, stream) -> None:
+    prepare_with(plan, stream, _state, "chunked_ws")
+
+
+def run(plan: GdnPlan, stream) -> None:
+    run_with(plan, stream, STATE_NAME, prepare)
 
 
 VARIANT = _registry.register(_registry.Variant(
