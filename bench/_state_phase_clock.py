@@ -1,6 +1,7 @@
-"""Timing experiment only: ``chunked_ws``'s state pass (``ws_state_item``) with per-warp
-cycle stamps around its two phases, to see where a chunk step's cycles go (which warps
-are busy for how long in each phase, and how long each waits at the barrier that ends it).
+"""Timing experiment only: the warp-specialised state passes (``chunked_ws``'s
+``ws_state_item``, ``chunked_wsr``'s ``wsr_state_item``) with per-warp cycle stamps
+around their two phases, to see where a chunk step's cycles go (which warps are busy for
+how long in each phase, and how long each waits at the barrier that ends it).
 
 The kernel is built from the package's own device-function source, so it follows the
 kernel as it is today. Five stamps per warp and chunk, read by lane 0 of every warp with
@@ -25,7 +26,7 @@ import warnings
 import numpy as np
 
 from dflash2_numba._compat import SIMULATOR, cuda
-from dflash2_numba.gdn import _split_state_ws
+from dflash2_numba.gdn import _split_state_ws, _split_state_wsr
 from dflash2_numba.gdn.chunked_ws import WS_LAUNCH_BOUNDS
 
 from ._source_edit import edited_device_function, state_kernel
@@ -66,8 +67,8 @@ def _rec(stamps, it, ci, c_lo, c_hi, ta, tb, tc, td, te):
 
 rec = _rec if SIMULATOR else cuda.jit(device=True)(_rec)
 
-# (original text, replacement) pairs; each must occur exactly once in ws_state_item
-_EDITS = (
+# (original text, replacement) pairs; each must occur exactly once in the item function
+_WS_EDITS = (
     ("def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,\n"
      "                  ncomp, sm):",
      "def clocked_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,\n"
@@ -82,10 +83,36 @@ _EDITS = (
      "        rec(stamps, it, ci, c_lo, c_hi, t_a, t_b, t_c, t_d, t_e)\n        sb += F"),
 )
 
+_REC = ("            t_d = clk()\n            cuda.syncthreads()\n            t_e = clk()\n"
+        "            rec(stamps, it, ci, c_lo, c_hi, t_a, t_b, t_c, t_d, t_e)\n"
+        "            sb += F\n")
 
-def _build():
-    item, namespace = edited_device_function(_split_state_ws, "ws_state_item", _EDITS,
-                                             "clocked_item", {"clk": clk, "rec": rec})
+# chunked_wsr: the copy warps' loop and the compute warps' loop, each stamped
+_WSR_EDITS = (
+    ("def wsr_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,\n"
+     "                   ncomp, sm):",
+     "def clocked_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,\n"
+     "                 ncomp, sm, stamps, c_lo, c_hi):"),
+    ("            sn = sb + F\n", "            sn = sb + F\n            t_a = clk()\n"),
+    ("            cuda.syncthreads()\n            # phase 2: the next chunk's",
+     "            t_b = clk()\n            cuda.syncthreads()\n            t_c = clk()\n"
+     "            # phase 2: the next chunk's"),
+    ("            cuda.syncthreads()\n            sb += F\n    else:",
+     _REC + "    else:"),
+    ("            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer\n",
+     "            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer\n"
+     "            t_a = clk()\n"),
+    ("            cuda.syncthreads()\n            # phase 2: chunked step 8",
+     "            t_b = clk()\n            cuda.syncthreads()\n            t_c = clk()\n"
+     "            # phase 2: chunked step 8"),
+    ("            cuda.syncthreads()\n            sb += F\n\n    store_state_slice",
+     _REC + "\n    store_state_slice"),
+)
+
+
+def _build(module, fn_name, edits):
+    item, namespace = edited_device_function(module, fn_name, edits, "clocked_item",
+                                             {"clk": clk, "rec": rec})
     f32 = namespace["_F32"]
 
     def clocked_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, stage_kp, ncomp,
@@ -97,9 +124,21 @@ def _build():
     return state_kernel(clocked_kernel, WS_LAUNCH_BOUNDS)
 
 
-#: chunked_ws's state pass with cycle stamps (the state kernel's arguments, then
-#: ``stamps`` int64 [items, c_hi - c_lo, warps, 5], ``c_lo``, ``c_hi``)
-kernel = _build()
+_KERNELS = {}
+
+
+def clocked_kernel(variant: str = "chunked_ws"):
+    """The state pass of ``variant`` (``chunked_ws`` or ``chunked_wsr``) with cycle stamps:
+    the state kernel's arguments, then ``stamps`` int64 [items, c_hi - c_lo, warps, 5],
+    ``c_lo``, ``c_hi`` (built once per variant)."""
+    if variant not in _KERNELS:
+        if variant == "chunked_ws":
+            _KERNELS[variant] = _build(_split_state_ws, "ws_state_item", _WS_EDITS)
+        elif variant == "chunked_wsr":
+            _KERNELS[variant] = _build(_split_state_wsr, "wsr_state_item", _WSR_EDITS)
+        else:
+            raise ValueError(f"variant: no clocked form of {variant!r}")
+    return _KERNELS[variant]
 
 
 def summarise(stamps: np.ndarray, ncomp: int) -> dict:

@@ -14,7 +14,8 @@ Modes
                 ``--variants``) with parts switched off (copies, phase-1 fma loops, phase-2
                 fma loops; see :mod:`bench._state_leave_one_out`), results discarded: the
                 time each part costs.
-  ``phase-clock`` ``chunked_ws``'s state pass with per-warp ``%clock64`` stamps around its
+  ``phase-clock`` the state pass of ``--gdn-variant`` (``chunked_ws`` / ``chunked_wsr``) with
+                per-warp ``%clock64`` stamps around its
                 two phases for chunks ``--clock-chunks LO:HI`` (see
                 :mod:`bench._state_phase_clock`): byte equality with the real state pass,
                 then each warp role's busy and barrier-waiting cycles per phase and the
@@ -221,20 +222,21 @@ def mode_phase_clock(args, inputs):
     from bench import _state_phase_clock as X
 
     c_lo, c_hi = (int(x) for x in args.clock_chunks.split(":"))
-    call = d2.plan_gdn(**inputs, variant="chunked_ws", check_values=False)
+    call = d2.plan_gdn(**inputs, variant=args.gdn_variant, check_values=False)
     call.launch()
     cuda.synchronize()
     ro, rs = (host(x) for x in call.results())
     p, s = call.plan, call.plan.scratch
     nwarps = -(-(int(s.ws.ncomp) + s.ws.ncopy) // 32)
     stamps = cuda.to_device(np.full((s.n_items, c_hi - c_lo, nwarps, X.N_STAMPS), -1, np.int64))
-    go = state_pass_launcher(call, X.kernel, stamps, np.int32(c_lo), np.int32(c_hi))
+    go = state_pass_launcher(call, X.clocked_kernel(args.gdn_variant), stamps,
+                            np.int32(c_lo), np.int32(c_hi))
     p.o.copy_to_device(np.full(p.o.shape, -777.0, p.o.dtype))      # sentinels: every
     p.hT.copy_to_device(np.full(p.hT.shape, -777.0, p.hT.dtype))   # byte must be rewritten
     go()
     cuda.synchronize()
     vo, vs = (host(x) for x in call.results())
-    rows = [dict(what=f"clocked chunked_ws state pass vs chunked_ws, T={args.T}",
+    rows = [dict(what=f"clocked {args.gdn_variant} state pass vs itself, T={args.T}",
                  out=vo.tobytes() == ro.tobytes(), state=vs.tobytes() == rs.tobytes())]
     log(rows[-1])
     rows.append(dict(what="clocked state pass", ms=event_median_ms(go, 3, 1)))

@@ -2,7 +2,8 @@
 # Every GPU figure bench/RESULTS.md records, in stages that each fit one device call.
 # Usage: DFLASH2_COMMIT=<sha> bash bench/run_all_gpu.sh OUTDIR STAGE...
 #   stages: tests (gpu-marked pytest), sanitize, screen, bench-attention, bench-gdn,
-#           phase-clock (chunked_ws state pass, cycles per phase), copy-ceiling (L2 -> SM copy rate),
+#           phase-clock (chunked_ws / chunked_wsr state passes, cycles per phase; CLOCK_VARIANTS),
+#           copy-ceiling (L2 -> SM copy rate),
 #           ncu-gdn (Nsight Compute report of chunked_ws's two kernels, one call)
 set -u
 out=${1:?usage: run_all_gpu.sh OUTDIR STAGE...}
@@ -33,8 +34,13 @@ for stage in "$@"; do
           > "$out/bench_gdn.log" 2>&1; rc=$?
       tail -n 25 "$out/bench_gdn.log" ;;
     phase-clock)
-      python3 bench/profile_kernels.py phase-clock --out "$out" > "$out/phase_clock.log" 2>&1; rc=$?
-      tail -n 6 "$out/phase_clock.log" ;;
+      rc=0
+      for v in ${CLOCK_VARIANTS:-chunked_ws chunked_wsr}; do
+        mkdir -p "$out/clock_$v"
+        python3 bench/profile_kernels.py phase-clock --gdn-variant "$v" --out "$out/clock_$v" \
+            > "$out/clock_$v/phase_clock.log" 2>&1 || rc=1
+        tail -n 4 "$out/clock_$v/phase_clock.log"
+      done ;;
     copy-ceiling)
       python3 bench/l2_copy_ceiling.py --out "$out" > "$out/copy_ceiling.log" 2>&1; rc=$?
       tail -n 40 "$out/copy_ceiling.log" ;;

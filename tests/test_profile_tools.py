@@ -50,18 +50,20 @@ def test_state_pass_launcher_runs_the_variants_own_state_kernel(variant):
     _assert_results_are(call, ref)
 
 
-def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk():
-    """bench/profile_kernels.py phase-clock: the chunked_ws state pass with per-warp cycle
-    stamps computes the same bytes; each sampled (item, chunk, warp) gets five ordered
-    stamps, and chunks outside the sample range are not written."""
+@pytest.mark.parametrize("variant", ["chunked_ws", "chunked_wsr"])
+def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk(variant):
+    """bench/profile_kernels.py phase-clock: a warp-specialised state pass with per-warp
+    cycle stamps computes the same bytes; each sampled (item, chunk, warp) gets five
+    ordered stamps, and chunks outside the sample range are not written."""
     from bench import _state_phase_clock as X
     from bench.profile_kernels import state_pass_launcher
 
-    call, ref = _planned_with_sentinels("chunked_ws", 140, 6)   # chunks of 64 + 64 + 12
+    call, ref = _planned_with_sentinels(variant, 140, 6)   # chunks of 64 + 64 + 12
     s = call.plan.scratch
     nwarps = -(-(int(s.ws.ncomp) + s.ws.ncopy) // 32)
     stamps = cuda.to_device(np.full((s.n_items, 2, nwarps, X.N_STAMPS), -1, np.int64))
-    state_pass_launcher(call, X.kernel, stamps, np.int32(1), np.int32(3))()   # chunks 1, 2
+    state_pass_launcher(call, X.clocked_kernel(variant), stamps, np.int32(1),
+                        np.int32(3))()                           # chunks 1, 2
     _assert_results_are(call, ref)
     st = stamps.copy_to_host()
     assert (st > 0).all()
