@@ -16,7 +16,7 @@ import pytest
 import oracle
 from dflash2_numba import _registry
 from dflash2_numba._compat import cuda
-from dflash2_numba.gdn import gdn_prefill
+from dflash2_numba.gdn import gdn_prefill, plan_gdn
 
 VARIANTS = sorted(n for n, v in _registry.variants("gdn").items()
                   if v.bitwise_reference == "chunked" and n != "chunked")
@@ -108,6 +108,29 @@ def test_fp32_output_and_state(variant, name):
     o, s = gdn_prefill(**_inputs(name), variant=variant, out_dtype="float32", **CASES[name][1])
     _assert_same(o, ref_o, f"{variant}/{name}: output (FP32)")
     _assert_same(s, ref_s, f"{variant}/{name}: final state")
+
+
+@pytest.mark.parametrize("name", CASE_PARAMS)
+def test_chunked_wsr_twelve_column_tiles(monkeypatch, name):
+    """chunked_wsr's twelve-column tiles (its kernel on the H200: twelve-column items with
+    Kd / P^T staged; the simulator's default plan takes four-column items), on every case:
+    the frozen kernel's bytes, including the narrower last item of each value head (which
+    runs the same tiles and stores only its own columns)."""
+    if "chunked_wsr" not in VARIANTS:
+        pytest.skip("chunked_wsr not registered")
+    from dflash2_numba.gdn import chunked_split, chunked_wsr
+
+    monkeypatch.setattr(chunked_split, "COLS", 12)
+    monkeypatch.setattr(chunked_split, "STAGE_KP", "1")
+    call = plan_gdn(**_inputs(name), variant="chunked_wsr", out_dtype="float32",
+                    **CASES[name][1])
+    assert call.plan.scratch.ws.jit is chunked_wsr._state_wide
+    call.launch()
+    o, s = (np.asarray(x.copy_to_host()) if hasattr(x, "copy_to_host") else x
+            for x in call.results())
+    ref_o, ref_s = _reference(name, "float32")
+    _assert_same(o, ref_o, f"chunked_wsr 12 columns/{name}: output (FP32)")
+    _assert_same(s, ref_s, f"chunked_wsr 12 columns/{name}: final state")
 
 
 @pytest.mark.parametrize("name", FP16_CASES)
