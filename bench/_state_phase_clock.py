@@ -110,9 +110,9 @@ _WSR_EDITS = (
 )
 
 
-def _build(module, fn_name, edits, extra=None):
+def _build(module, fn_name, edits):
     item, namespace = edited_device_function(module, fn_name, edits, "clocked_item",
-                                             {"clk": clk, "rec": rec, **(extra or {})})
+                                             {"clk": clk, "rec": rec})
     f32 = namespace["_F32"]
 
     def clocked_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, stage_kp, ncomp,
@@ -127,28 +127,18 @@ def _build(module, fn_name, edits, extra=None):
 _KERNELS = {}
 
 
-def clocked_kernel(variant: str = "chunked_ws", wide: bool = True):
-    """The state pass of ``variant`` (``chunked_ws`` or ``chunked_wsr``; for the latter,
-    its twelve-column tiles or not, as ``wide``: match the planned call's kernel) with
-    cycle stamps: the state kernel's arguments, then ``stamps`` int64
-    [items, c_hi - c_lo, warps, 5], ``c_lo``, ``c_hi`` (built once per choice)."""
-    key = (variant, bool(wide) if variant == "chunked_wsr" else None)
-    if key not in _KERNELS:
+def clocked_kernel(variant: str = "chunked_ws"):
+    """The state pass of ``variant`` (``chunked_ws`` or ``chunked_wsr``) with cycle stamps:
+    the state kernel's arguments, then ``stamps`` int64 [items, c_hi - c_lo, warps, 5],
+    ``c_lo``, ``c_hi`` (built once per variant)."""
+    if variant not in _KERNELS:
         if variant == "chunked_ws":
-            _KERNELS[key] = _build(_split_state_ws, "ws_state_item", _WS_EDITS)
+            _KERNELS[variant] = _build(_split_state_ws, "ws_state_item", _WS_EDITS)
         elif variant == "chunked_wsr":
-            _KERNELS[key] = _build(_split_state_wsr, "wsr_state_item", _WSR_EDITS,
-                                   {"WIDE": bool(wide)})
+            _KERNELS[variant] = _build(_split_state_wsr, "wsr_state_item", _WSR_EDITS)
         else:
             raise ValueError(f"variant: no clocked form of {variant!r}")
-    return _KERNELS[key]
-
-
-def clocked_kernel_for(call, variant: str):
-    """:func:`clocked_kernel` matching a planned call of ``variant``."""
-    from dflash2_numba.gdn import chunked_wsr
-
-    return clocked_kernel(variant, call.plan.scratch.ws.jit is chunked_wsr._state_wide)
+    return _KERNELS[variant]
 
 
 def summarise(stamps: np.ndarray, ncomp: int) -> dict:

@@ -229,7 +229,7 @@ def mode_phase_clock(args, inputs):
     p, s = call.plan, call.plan.scratch
     nwarps = -(-(int(s.ws.ncomp) + s.ws.ncopy) // 32)
     stamps = cuda.to_device(np.full((s.n_items, c_hi - c_lo, nwarps, X.N_STAMPS), -1, np.int64))
-    go = state_pass_launcher(call, X.clocked_kernel_for(call, args.gdn_variant), stamps,
+    go = state_pass_launcher(call, X.clocked_kernel(args.gdn_variant), stamps,
                             np.int32(c_lo), np.int32(c_hi))
     p.o.copy_to_device(np.full(p.o.shape, -777.0, p.o.dtype))      # sentinels: every
     p.hT.copy_to_device(np.full(p.hT.shape, -777.0, p.hT.dtype))   # byte must be rewritten

@@ -111,26 +111,26 @@ def test_fp32_output_and_state(variant, name):
 
 
 @pytest.mark.parametrize("name", CASE_PARAMS)
-def test_chunked_wsr_twelve_column_tiles(monkeypatch, name):
-    """chunked_wsr's twelve-column tiles (its kernel on the H200: twelve-column items with
-    Kd / P^T staged; the simulator's default plan takes four-column items), on every case:
-    the frozen kernel's bytes, including the narrower last item of each value head (which
-    runs the same tiles and stores only its own columns)."""
+def test_chunked_wsr_twelve_column_plan(monkeypatch, name):
+    """chunked_wsr with the H200's plan (twelve-column items, Kd / P^T staged; the
+    simulator's default plan takes four-column items), on every case: the frozen kernel's
+    bytes, including the narrower last item of each value head when 12 does not divide V
+    (here V = 32: items of 12, 12 and 8 columns)."""
     if "chunked_wsr" not in VARIANTS:
         pytest.skip("chunked_wsr not registered")
-    from dflash2_numba.gdn import chunked_split, chunked_wsr
+    from dflash2_numba.gdn import chunked_split
 
     monkeypatch.setattr(chunked_split, "COLS", 12)
     monkeypatch.setattr(chunked_split, "STAGE_KP", "1")
     call = plan_gdn(**_inputs(name), variant="chunked_wsr", out_dtype="float32",
                     **CASES[name][1])
-    assert call.plan.scratch.ws.jit is chunked_wsr._state_wide
+    assert call.plan.scratch.cols == 12 and int(call.plan.scratch.ws.stage_kp) == 1
     call.launch()
     o, s = (np.asarray(x.copy_to_host()) if hasattr(x, "copy_to_host") else x
             for x in call.results())
     ref_o, ref_s = _reference(name, "float32")
-    _assert_same(o, ref_o, f"chunked_wsr 12 columns/{name}: output (FP32)")
-    _assert_same(s, ref_s, f"chunked_wsr 12 columns/{name}: final state")
+    _assert_same(o, ref_o, f"chunked_wsr 12-column plan/{name}: output (FP32)")
+    _assert_same(s, ref_s, f"chunked_wsr 12-column plan/{name}: final state")
 
 
 @pytest.mark.parametrize("name", FP16_CASES)

@@ -62,7 +62,7 @@ def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk(var
     s = call.plan.scratch
     nwarps = -(-(int(s.ws.ncomp) + s.ws.ncopy) // 32)
     stamps = cuda.to_device(np.full((s.n_items, 2, nwarps, X.N_STAMPS), -1, np.int64))
-    state_pass_launcher(call, X.clocked_kernel_for(call, variant), stamps, np.int32(1),
+    state_pass_launcher(call, X.clocked_kernel(variant), stamps, np.int32(1),
                         np.int32(3))()                           # chunks 1, 2
     _assert_results_are(call, ref)
     st = stamps.copy_to_host()

@@ -60,13 +60,12 @@ def _state_signatures():
 
 def _threads(plan: GdnPlan, w: int, stage_kp: bool, defaults=None, cap=None):
     """(compute threads, copy threads), whole warps: at most ``cap(K, w, stage_kp)`` compute
-    threads (by default one per two-row phase-2 unit); ``defaults(w, stage_kp)`` is the
-    (compute, copy) pair used when no knob is set (by default ``DEFAULT_THREADS``)."""
+    threads (by default one per two-row phase-2 unit); ``defaults`` maps ``stage_kp`` to
+    the (compute, copy) pair used when no knob is set."""
     if SIMULATOR:
         ncomp, ncopy = SIM_COMPUTE, SIM_COPY
     else:
-        comp0, copy0 = (defaults(w, stage_kp) if defaults
-                        else DEFAULT_THREADS[bool(stage_kp)])
+        comp0, copy0 = (defaults or DEFAULT_THREADS)[bool(stage_kp)]
         most = cap(plan.K, w, stage_kp) if cap else staged_threads(plan.K, w)
         ncomp = S.STATE_THREADS or min(comp0, most)
         ncomp = -(-ncomp // 32) * 32
@@ -80,13 +79,11 @@ def _threads(plan: GdnPlan, w: int, stage_kp: bool, defaults=None, cap=None):
 
 def prepare_with(plan: GdnPlan, stream, kernel, name: str, defaults=None, cap=None) -> None:
     """Plan time of a warp-specialised variant (``kernel``: its jitted state kernel, with
-    this module's arguments and shared layout, or ``kernel(w, stage_kp)`` picking one):
-    chunked_split's tables and scratch, then the state kernel configuration in
-    ``plan.scratch.ws`` (launches allocate nothing: CUDA-graph capturable)."""
+    this module's arguments and shared layout): chunked_split's tables and scratch, then
+    the state kernel configuration in ``plan.scratch.ws`` (launches allocate nothing:
+    CUDA-graph capturable)."""
     s = S.prepare_scratch(plan, stream)
     stage_kp = S.stage_kp_choice(ws_floats(plan.K, True))
-    if not hasattr(kernel, "py_func") and callable(kernel):
-        kernel = kernel(s.cols, stage_kp)
     ncomp, ncopy = _threads(plan, s.cols, stage_kp, defaults, cap)
     smem = 4 * ws_floats(plan.K, stage_kp)
     args = (plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items, s.scr,
