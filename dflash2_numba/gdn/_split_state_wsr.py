@@ -152,39 +152,12 @@ def zero_slots():
 
 
 @_dev
-def _out_operands(sm, off_pt, c4, p, ib, na, L, t):
-    """Step ``t`` of an output unit's flat loop: P^T_{j, i} and vn_j (four columns), with
-    (i, j) = (p, t) in row p's part (``t < na``), (ib, t - na) in row ib's (j clamped to
-    L - 1 past the end: those steps are not applied)."""
-    i = p
-    j = t
-    if t >= na:
-        i = ib
-        j = t - na
-    j = min(j, L - 1)
-    return ld1(sm, off_pt + j * C + i), ld4(sm, OFF_VN + j * VS + c4)
-
-
-@_dev
-def _out_apply(t, na, tot, x, v, acc, oa, ob):
-    """Apply step ``t``: at ``t == na`` row p's chain is done (kept in ``oa``) and row ib's
-    starts from ``ob``; then ``acc = fma(x, v, acc)`` when ``t < tot``."""
-    if t == na:
-        oa = acc
-        acc = ob
-    if t < tot:
-        acc = fma4(x, v, acc)
-    return acc, oa
-
-
-@_dev
 def flat_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
     """Output unit ``u2``: rows p and ib = L-1-p (once when equal) x four columns of
     column group g, chunked step 7 (``o = qh * gamma``, then ``fma(P_ij, vn_jc, o)`` for
     j = 0 .. i ascending; P^T at ``sm[off_pt + j * C + i]``): row p's chain, then row ib's,
     in one loop of (p + 1) + (ib + 1) steps (``L + 1`` for every lane but the middle
-    row's), four steps per pass with their loads issued first (one chain: each step's fma
-    waits for the one before, so the loads are what can overlap), stored."""
+    row's), stored."""
     g = u2 // half
     p = u2 - g * half
     c4 = 4 * g
@@ -196,17 +169,18 @@ def flat_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
     acc = ld4(sm, OFF_OQ + p * VS + c4)
     ob = ld4(sm, OFF_OQ + ib * VS + c4)
     oa = acc
+    i = p
+    j = 0
     t = 0
     while t < tot:
-        x0, v0 = _out_operands(sm, off_pt, c4, p, ib, na, L, t)
-        x1, v1 = _out_operands(sm, off_pt, c4, p, ib, na, L, t + 1)
-        x2, v2 = _out_operands(sm, off_pt, c4, p, ib, na, L, t + 2)
-        x3, v3 = _out_operands(sm, off_pt, c4, p, ib, na, L, t + 3)
-        acc, oa = _out_apply(t, na, tot, x0, v0, acc, oa, ob)
-        acc, oa = _out_apply(t + 1, na, tot, x1, v1, acc, oa, ob)
-        acc, oa = _out_apply(t + 2, na, tot, x2, v2, acc, oa, ob)
-        acc, oa = _out_apply(t + 3, na, tot, x3, v3, acc, oa, ob)
-        t += 4
+        if t == na:                          # row p done: row ib's chain starts
+            oa = acc
+            acc = ob
+            i = ib
+            j = 0
+        acc = fma4(ld1(sm, off_pt + j * C + i), ld4(sm, OFF_VN + j * VS + c4), acc)
+        j += 1
+        t += 1
     if na > 0:
         store_row(o, bb, t0 + p, hv, c0 + c4, oa)
     store_row(o, bb, t0 + ib, hv, c0 + c4, acc)
