@@ -83,7 +83,7 @@ _WS_EDITS = (
      "        rec(stamps, it, ci, c_lo, c_hi, t_a, t_b, t_c, t_d, t_e)\n        sb += F"),
 )
 
-_REC = ("            t_d = clk()\n            cuda.syncthreads()\n            t_e = clk()\n"
+_REC = ("            t_d = clk()\n            block_sync()\n            t_e = clk()\n"
         "            rec(stamps, it, ci, c_lo, c_hi, t_a, t_b, t_c, t_d, t_e)\n"
         "            sb += F\n")
 
@@ -94,18 +94,18 @@ _WSR_EDITS = (
      "def clocked_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,\n"
      "                 ncomp, sm, stamps, c_lo, c_hi):"),
     ("            sn = sb + F\n", "            sn = sb + F\n            t_a = clk()\n"),
-    ("            cuda.syncthreads()\n            # phase 2: the next chunk's",
-     "            t_b = clk()\n            cuda.syncthreads()\n            t_c = clk()\n"
+    ("            block_sync()\n            # phase 2: the next chunk's",
+     "            t_b = clk()\n            block_sync()\n            t_c = clk()\n"
      "            # phase 2: the next chunk's"),
-    ("            cuda.syncthreads()\n            sb += F\n    else:",
+    ("            block_sync()\n            sb += F\n    else:",
      _REC + "    else:"),
     ("            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer\n",
      "            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer\n"
      "            t_a = clk()\n"),
-    ("            cuda.syncthreads()\n            # phase 2: chunked step 8",
-     "            t_b = clk()\n            cuda.syncthreads()\n            t_c = clk()\n"
+    ("            block_sync()\n            # phase 2: chunked step 8",
+     "            t_b = clk()\n            block_sync()\n            t_c = clk()\n"
      "            # phase 2: chunked step 8"),
-    ("            cuda.syncthreads()\n            sb += F\n\n    store_state_slice",
+    ("            block_sync()\n            sb += F\n\n    store_state_slice",
      _REC + "\n    store_state_slice"),
 )
 

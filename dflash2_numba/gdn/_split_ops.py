@@ -11,6 +11,8 @@ No value is computed here: every function is a load, a store, or ``cuda.fma`` it
 """
 from __future__ import annotations
 
+import threading
+
 from .._compat import SIMULATOR, cuda
 from ._common import C, MAXD
 
@@ -62,6 +64,10 @@ if SIMULATOR:
 
     def opaque(i):
         return i
+
+    def block_sync():
+        # (the simulator's CTA barrier; its cuda.syncthreads is bound per kernel module)
+        threading.current_thread().syncthreads()
 
 else:
     from llvmlite import ir
@@ -168,6 +174,22 @@ else:
 
     pf1 = _prefetch("L1")     # into L1
     pf2 = _prefetch("L2")     # into L2
+
+    @intrinsic
+    def block_sync(typingctx):
+        """The CTA barrier as ``barrier.sync 0`` (PTX ISA 6.0, sm_70): the form that threads
+        may reach at *different* barrier instructions (warp-specialised code, where copy
+        and compute warps run separate loops), unlike ``cuda.syncthreads()``'s aligned
+        ``bar.sync 0``, which every thread of the CTA must execute at the same
+        instruction. A memory clobber keeps the compiler from moving shared-memory
+        accesses across it; its ordering guarantees are the aligned barrier's."""
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "barrier.sync 0;",
+                               "~{memory}", side_effect=True)
+            builder.call(asm, [])
+            return context.get_dummy_value()
+
+        return signature(ntypes.none), codegen
 
     @intrinsic
     def opaque(typingctx, i):

@@ -16,7 +16,10 @@ specialised state pass with two changes, neither of which touches a value:
   and a tail of L - 2p - 1 steps (whose lengths differ per lane, so the warp ran the
   longest of each: about 1.5 x the steps at 8 or 4 fma).
 
-Compute and copy warps run separate loops with the same barriers (two per chunk). Every
+Compute and copy warps run separate loops with the same barriers (two per chunk), so the
+barrier is :func:`._split_ops.block_sync` (``barrier.sync 0``, which threads may reach at
+different instructions), not ``cuda.syncthreads()`` (``bar.sync 0``, aligned: every thread
+at the same instruction; compute-sanitizer's synccheck flags the separate loops with it). Every
 region is still written in the phase in which nobody reads it (the gamma buffers are
 double-buffered as before), so the compute threads see exactly the values
 ``ws_state_item``'s compute threads see, and they run the same fma chains in the same
@@ -31,7 +34,7 @@ from numba import types
 
 from .._compat import cuda
 from ._common import C, ZERO
-from ._split_ops import VS, _dev, fma4, ld1, ld4, opaque, pf1, st4
+from ._split_ops import VS, _dev, block_sync, fma4, ld1, ld4, opaque, pf1, st4
 from ._split_state import (OFF_OQ, OFF_VN, OFF_WQ, item_layout, load_state_slice,
                            phase1_unit, store_row, store_state_slice)
 from ._split_state_ws import _ug_addr, phase2_state_unit, prefetch_chunk_l2
@@ -261,7 +264,7 @@ def wsr_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, sta
                          load_slots(scr, ptid, nprod, na_, n4, sb + o_w, sb + o_qs))
             if stage_kp != 0:
                 x = load_slots(scr, ptid, nprod, nb_, n4, sb + o_kd, sb + o_p)
-        cuda.syncthreads()
+        block_sync()
         for ci in range(nch):
             # phase 1: this chunk's Kd / P^T (carried) into shared memory, then the loads
             # of the next chunk's W^T / qs^T / U / gamma (an L2 prefetch two chunks ahead)
@@ -285,7 +288,7 @@ def wsr_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, sta
             if ci + 1 < nch:
                 xu = load_ug(scr, sn, u0, u1)
                 x = load_slots(scr, ptid, nprod, na_, n4, sn + o_w, sn + o_qs)
-            cuda.syncthreads()
+            block_sync()
             # phase 2: the next chunk's W^T / qs^T / U / gamma (into the other gamma
             # buffer) into shared memory, then the loads of its Kd / P^T
             ptid = opaque(ptid)
@@ -297,10 +300,10 @@ def wsr_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, sta
             x = zero_slots()
             if ci + 1 < nch and stage_kp != 0:
                 x = load_slots(scr, ptid, nprod, nb_, n4, sn + o_kd, sn + o_p)
-            cuda.syncthreads()
+            block_sync()
             sb += F
     else:
-        cuda.syncthreads()
+        block_sync()
         for ci in range(nch):
             cs = ci * C
             L = min(C, ln - cs)
@@ -309,7 +312,7 @@ def wsr_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, sta
             # phase 1: chunked step 6 (vn = U - W h) and step 7's qh * gamma
             for u in range(tid, C * ncg, ncomp):
                 phase1_unit(sm, u, ncg, KC, K, sm, off_u, VS, sm, gb)
-            cuda.syncthreads()
+            block_sync()
             # phase 2: chunked step 8 (the state update) and step 7 (the output)
             gl = ld1(sm, gb + L - 1)
             half = (L + 1) // 2
@@ -320,7 +323,7 @@ def wsr_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, sta
                     flat_out_unit(o, bb, t0, hv, c0, sm, off_kp + KC, u - ns, half, L)
                 else:
                     pair_out_global(o, bb, t0, hv, c0, sm, scr, sb + o_p, u - ns, half, L)
-            cuda.syncthreads()
+            block_sync()
             sb += F
 
     store_state_slice(hT, hT_idx[n], hv, c0, sm, K, w, tid, nthr)
