@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import textwrap
 
-from dflash2_numba._compat import SIMULATOR, cuda
+from dflash2_numba._compat import cuda, jit_bounded
 
 
 def edited_device_function(module, fn_name, edits, new_name, extra=None):
@@ -30,4 +30,4 @@ def edited_device_function(module, fn_name, edits, new_name, extra=None):
 
 def state_kernel(fn, launch_bounds):
     """``fn`` as a kernel with the state pass's launch bounds (the simulator's jit takes none)."""
-    return cuda.jit(fn) if SIMULATOR else cuda.jit(fn, launch_bounds=launch_bounds)
+    return jit_bounded(fn, launch_bounds)

@@ -146,6 +146,12 @@ def target_cc(cc=(7, 0)):
         dispatcher.get_current_device, compiler.get_current_device = saved
 
 
+def jit_bounded(pyfunc, launch_bounds):
+    """``pyfunc`` as a kernel compiled with ``launch_bounds`` (ptxas keeps it within the
+    registers that many threads may hold on one SM); the simulator takes no such option."""
+    return cuda.jit(pyfunc) if SIMULATOR else cuda.jit(pyfunc, launch_bounds=launch_bounds)
+
+
 def compile_ptx_cc(pyfunc, signature, cc=(7, 0), launch_bounds=None):
     """PTX for ``pyfunc`` at ``cc`` with the package's exact-FP32 flags (no GPU needed)."""
     with exact_fp32(), target_cc(cc):

@@ -75,7 +75,7 @@ import numpy as np
 from numba import types
 
 from .. import _registry
-from .._compat import SIMULATOR, cuda, exact_fp32
+from .._compat import SIMULATOR, cuda, exact_fp32, jit_bounded
 from ._common import C, MAXD, GdnPlan, default_max_ctas
 from ._split_ops import SW, VS
 from ._split_prep import gdn_split_prep_kernel
@@ -106,8 +106,7 @@ _prep = cuda.jit(gdn_split_prep_kernel)
 # (launch bounds: ptxas keeps the state kernel within the registers that MAX_STATE_THREADS
 # threads may hold on one SM; the simulator has no such option)
 STATE_LAUNCH_BOUNDS = (MAX_STATE_THREADS, 1)
-_state = (cuda.jit(gdn_split_state_kernel) if SIMULATOR
-          else cuda.jit(gdn_split_state_kernel, launch_bounds=STATE_LAUNCH_BOUNDS))
+_state = jit_bounded(gdn_split_state_kernel, STATE_LAUNCH_BOUNDS)
 
 
 # --- host side --------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import numpy as np
 from numba import types
 
 from .. import _registry
-from .._compat import SIMULATOR, cuda
+from .._compat import SIMULATOR, jit_bounded
 from .._dynshared import DynShared
 from . import chunked_split as S
 from ._common import GdnPlan
@@ -50,8 +50,7 @@ COPY_THREADS = int(os.environ.get("DFLASH2_GDN_WS_COPY_THREADS", "0") or 0)   # 
 # the module docstring); DFLASH2_GDN_SPLIT_THREADS / _WS_COPY_THREADS override them
 DEFAULT_THREADS = {True: (256, 128), False: (288, 96)}
 
-_state = (cuda.jit(gdn_ws_state_kernel) if SIMULATOR
-          else cuda.jit(gdn_ws_state_kernel, launch_bounds=WS_LAUNCH_BOUNDS))
+_state = jit_bounded(gdn_ws_state_kernel, WS_LAUNCH_BOUNDS)
 
 
 def _state_signatures():

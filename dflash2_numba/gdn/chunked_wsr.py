@@ -16,7 +16,7 @@ compute thread has one unit in each phase), 288 + 96 when they are not (sm_70's 
 from __future__ import annotations
 
 from .. import _registry
-from .._compat import SIMULATOR, cuda
+from .._compat import jit_bounded
 from . import chunked_split as S
 from . import chunked_ws as W
 from ._common import C, GdnPlan
@@ -26,8 +26,7 @@ from ._split_state_wsr import gdn_wsr_state_kernel
 STATE_NAME = "gdn_wsr_state"
 DEFAULT_THREADS = {True: (192, 192), False: (288, 96)}
 
-_state = (cuda.jit(gdn_wsr_state_kernel) if SIMULATOR
-          else cuda.jit(gdn_wsr_state_kernel, launch_bounds=W.WS_LAUNCH_BOUNDS))
+_state = jit_bounded(gdn_wsr_state_kernel, W.WS_LAUNCH_BOUNDS)
 
 
 def units_per_phase(K: int, w: int, stage_kp: bool) -> int:
