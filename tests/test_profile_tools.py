@@ -99,3 +99,34 @@ def test_l2_copy_ceiling_kernel_copies_each_ctas_region_of_the_last_step(share):
     for cta in range(ncta):
         slot = s * groups + cta // per_group if share else s * ncta + cta
         assert got[cta].tobytes() == host_src[slot * region:(slot + 1) * region].tobytes()
+
+
+def test_phase_clock_summary_reads_only_the_pre_barrier_stamps():
+    """summarise: phase ends are the last warp's pre-barrier stamp (b, d), the next chunk
+    starts at its earliest a; the after-barrier stamps (c, e) are ignored (on the GPU they
+    run before the barrier's wait). One item, two chunks, two compute warps + one copy
+    warp, hand-made stamps."""
+    from bench import _state_phase_clock as X
+
+    st = np.full((1, 2, 3, X.N_STAMPS), -1, np.int64)
+    #                a     b     c     d     e   (c, e: junk that must not matter)
+    st[0, 0, 0] = [100, 400, 401, 900, 901]
+    st[0, 0, 1] = [110, 500, 501, 800, 801]
+    st[0, 0, 2] = [105, 300, 301, 1000, 1001]    # copy warp
+    st[0, 1, :, 0] = [1200, 1210, 1205]
+    st[0, 1, :, 1] = [1500, 1600, 1400]
+    st[0, 1, :, 3] = [2000, 1900, 2100]
+    st[0, 1, :, 2] = st[0, 1, :, 1] + 1
+    st[0, 1, :, 4] = st[0, 1, :, 3] + 1
+    out = X.summarise(st, ncomp=64)
+    assert out["phase1_span"] == np.median([500 - 100, 1600 - 1200])
+    assert out["phase2_span"] == np.median([1000 - 500, 2100 - 1600])
+    assert out["tail"] == 1200 - 1000 and out["chunk_period"] == 1200 - 100
+    assert out["compute"]["warps"] == 2 and out["copy"]["warps"] == 1
+    assert out["copy"]["phase1_busy"] == np.median([300 - 100, 1400 - 1200])
+    assert out["copy"]["phase1_wait"] == np.median([500 - 300, 1600 - 1400])
+    assert out["compute"]["phase2_busy"] == np.median([900 - 500, 800 - 500,
+                                                       2000 - 1600, 1900 - 1600])
+    assert out["compute"]["phase2_wait"] == np.median([1200 - 900, 1200 - 800])  # chunk 0 only
+    assert out["warp_phase1_busy"] == [np.median([300, 300]), np.median([400, 400]),
+                                       np.median([200, 200])]
