@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Did a source change alter the machine code of the GDN state kernels? Compiles
-``gdn_ws_state`` and ``gdn_split_state`` (first signature, their launch bounds) to sm_90
-SASS for the package found on ``sys.path`` and writes one instruction per line (addresses
-dropped). Run it in two trees and compare the files. No GPU is needed: it uses the ptxas of
+``gdn_ws_state``, ``gdn_wsr_state`` and ``gdn_split_state`` (first signature, their launch
+bounds) to sm_90 SASS for the package found on ``sys.path`` and writes one instruction per
+line (addresses dropped). Run it in two trees and compare the files. No GPU is needed: it uses the ptxas of
 the ``cuda12`` extra and an ``nvdisasm`` given by ``--nvdisasm``.
 
     (cd old_tree && python3 bench/sass_diff.py --out /tmp/old --nvdisasm N)
@@ -26,8 +26,10 @@ from dflash2_numba.ptx import find_ptxas  # noqa: E402
 def kernels():
     import dflash2_numba.gdn.chunked_split as S
     import dflash2_numba.gdn.chunked_ws as W
+    import dflash2_numba.gdn.chunked_wsr as R
 
     return {"ws": (W.gdn_ws_state_kernel, W._state_signatures()[0], W.WS_LAUNCH_BOUNDS),
+            "wsr": (R.gdn_wsr_state_kernel, W._state_signatures()[0], W.WS_LAUNCH_BOUNDS),
             "split": (S.gdn_split_state_kernel, S._state_signatures()[0],
                       S.STATE_LAUNCH_BOUNDS)}
 
@@ -46,7 +48,9 @@ def main(argv=None):
                         str(out / f"{name}.cubin")], check=True)
         sass = subprocess.run([args.nvdisasm, "-c", str(out / f"{name}.cubin")],
                               capture_output=True, text=True, check=True).stdout
-        lines = [re.sub(r"/\*[0-9a-f]+\*/", "", ln).split(";")[0].strip()
+        # (addresses dropped; numba's ABI tag in mangled names, "B3v26", counts compiles)
+        lines = [re.sub(r"B\d+v\d+B", "BvB", re.sub(r"/\*[0-9a-f]+\*/", "", ln))
+                 .split(";")[0].strip()
                  for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", ln)]
         (out / f"{name}.sass").write_text("\n".join(lines) + "\n")
         print(f"{name}: {len(lines)} instructions -> {out / (name + '.sass')}")

@@ -124,6 +124,21 @@ def phase2_state_unit(sm, scr, u, nq, stage_kp, off_kp, kd_base, K, gl, L):
 
 
 @_dev
+def out_unit_rows(u2, half, L):
+    """Output unit ``u2`` of a chunk of ``L`` rows (``half = (L + 1) / 2`` units per column
+    group): ``(p, c4, ib, na)``, its rows p and ib = L-1-p (``ib >= p``; equal only for the
+    middle row), its first column ``c4``, and the step count of row p's chain (p + 1; 0
+    for the middle row, which is row ib's alone)."""
+    g = u2 // half
+    p = u2 - g * half
+    ib = L - 1 - p
+    na = p + 1
+    if ib == p:
+        na = 0
+    return p, 4 * g, ib, na
+
+
+@_dev
 def out_pair(src, pa, pb, stride, x, px, oa, ob, na, nb):
     """Two output rows a, b (na <= nb steps) over four columns, interleaved:
     ``o_a[c] = fma(src[pa + j*stride], x[px + j*VS + c], o_a[c])`` for j = 0 .. na-1 and
@@ -251,14 +266,7 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
                 if u < ns:
                     phase2_state_unit(sm, scr, u, nq, stage_kp, off_kp, sb + o_kd, K, gl, L)
                 else:
-                    u2 = u - ns
-                    g = u2 // half
-                    p = u2 - g * half
-                    c4 = 4 * g
-                    ib = L - 1 - p               # >= p; == p only for the middle row
-                    na = p + 1
-                    if ib == p:
-                        na = 0
+                    p, c4, ib, na = out_unit_rows(u - ns, half, L)
                     oa = ld4(sm, OFF_OQ + p * VS + c4)
                     ob = ld4(sm, OFF_OQ + ib * VS + c4)
                     if stage_kp != 0:

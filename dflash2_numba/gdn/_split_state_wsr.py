@@ -37,7 +37,7 @@ from ._common import C, ZERO
 from ._split_ops import VS, _dev, block_sync, fma4, ld1, ld4, opaque, pf1, st4
 from ._split_state import (OFF_OQ, OFF_VN, OFF_WQ, item_layout, load_state_slice,
                            phase1_unit, store_row, store_state_slice)
-from ._split_state_ws import _ug_addr, phase2_state_unit, prefetch_chunk_l2
+from ._split_state_ws import _ug_addr, out_unit_rows, phase2_state_unit, prefetch_chunk_l2
 
 _F32 = types.float32        # (the dynamic shared array's dtype, as the simulator wants it)
 BATCH = 8                   # float4 per load batch (explicit variables: registers)
@@ -161,13 +161,7 @@ def flat_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
     j = 0 .. i ascending; P^T at ``sm[off_pt + j * C + i]``): row p's chain, then row ib's,
     in one loop of (p + 1) + (ib + 1) steps (``L + 1`` for every lane but the middle
     row's), stored."""
-    g = u2 // half
-    p = u2 - g * half
-    c4 = 4 * g
-    ib = L - 1 - p                           # >= p; == p only for the middle row
-    na = p + 1
-    if ib == p:
-        na = 0
+    p, c4, ib, na = out_unit_rows(u2, half, L)
     tot = na + ib + 1
     acc = ld4(sm, OFF_OQ + p * VS + c4)
     ob = ld4(sm, OFF_OQ + ib * VS + c4)
@@ -193,10 +187,7 @@ def flat_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
 def pair_out_global(o, bb, t0, hv, c0, sm, scr, p_base, u2, half, L):
     """Output unit ``u2`` with P^T in global memory (no Kd / P^T staging): rows p and
     L-1-p one after the other, as ``ws_state_item`` does in that form."""
-    g = u2 // half
-    p = u2 - g * half
-    c4 = 4 * g
-    ib = L - 1 - p
+    p, c4, ib, na = out_unit_rows(u2, half, L)
     for rep in range(2):
         i = p if rep == 0 else ib
         if rep == 0 or i != p:
