@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Did a source change alter the machine code of the GDN state kernels? Compiles
-``gdn_ws_state``, ``gdn_wsr_state`` and ``gdn_split_state`` (first signature, their launch
-bounds) to sm_90 SASS for the package found on ``sys.path`` and writes one instruction per
+``gdn_ws_state``, ``gdn_wsr_state``, ``gdn_split_state`` and ``gdn_split_pipe`` (first
+signature, their launch bounds) to sm_90 SASS for the package found on ``sys.path`` and writes one instruction per
 line (addresses dropped). Run it in two trees and compare the files. No GPU is needed: it uses the ptxas of
 the ``cuda12`` extra and an ``nvdisasm`` given by ``--nvdisasm``.
 
@@ -24,6 +24,7 @@ from dflash2_numba.ptx import find_ptxas  # noqa: E402
 
 
 def kernels():
+    import dflash2_numba.gdn.chunked_pipe as P
     import dflash2_numba.gdn.chunked_split as S
     import dflash2_numba.gdn.chunked_ws as W
     import dflash2_numba.gdn.chunked_wsr as R
@@ -31,7 +32,8 @@ def kernels():
     return {"ws": (W.gdn_ws_state_kernel, W._state_signatures()[0], W.WS_LAUNCH_BOUNDS),
             "wsr": (R.gdn_wsr_state_kernel, W._state_signatures()[0], W.WS_LAUNCH_BOUNDS),
             "split": (S.gdn_split_state_kernel, S._state_signatures()[0],
-                      S.STATE_LAUNCH_BOUNDS)}
+                      S.STATE_LAUNCH_BOUNDS),
+            "pipe": (P.gdn_split_pipe_kernel, P._pipe_signatures()[0], None)}
 
 
 def main(argv=None):
