@@ -36,7 +36,7 @@ from .._compat import cuda
 from ._common import C, ZERO
 from ._split_ops import VS, _dev, block_sync, fma4, ld1, ld4, opaque, pf1, st4
 from ._split_state import (OFF_OQ, OFF_VN, OFF_WQ, item_layout, load_state_slice,
-                           phase1_unit, store_row, store_state_slice)
+                           out_rows_seq, phase1_unit, store_row, store_state_slice)
 from ._split_state_ws import _ug_addr, out_unit_rows, phase2_state_unit, prefetch_chunk_l2
 
 _F32 = types.float32        # (the dynamic shared array's dtype, as the simulator wants it)
@@ -122,6 +122,12 @@ def ug_slot(e, ncg, cu, V, off_u, o_g, off_g):
 
 
 @_dev
+def _ug_dst(a, par):
+    """The shared destination of :func:`ug_slot` ``a`` with gamma in buffer ``par``."""
+    return a[2] + (par * C if a[3] else 0)
+
+
+@_dev
 def load_ug(scr, sbc, a0, a1):
     """The two float4 of the U slice | gamma a copy thread carries (slots ``a0``, ``a1`` of
     :func:`ug_slot`) from chunk slot ``sbc``."""
@@ -132,9 +138,9 @@ def load_ug(scr, sbc, a0, a1):
 def store_ug(sm, a0, a1, par, x):
     """Store :func:`load_ug`'s pair; gamma elements go to gamma buffer ``par``."""
     if a0[0]:
-        st4(sm, a0[2] + (par * C if a0[3] else 0), x[0])
+        st4(sm, _ug_dst(a0, par), x[0])
     if a1[0]:
-        st4(sm, a1[2] + (par * C if a1[3] else 0), x[1])
+        st4(sm, _ug_dst(a1, par), x[1])
 
 
 @_dev
@@ -144,7 +150,7 @@ def copy_ug_rest(sm, scr, sbc, e, nprod, ncg, cu, V, off_u, o_g, off_g, par):
     n = C * ncg + C // 4
     while e < n:
         a = ug_slot(e, ncg, cu, V, off_u, o_g, off_g)
-        st4(sm, a[2] + (par * C if a[3] else 0), ld4(scr, sbc + a[1]))
+        st4(sm, _ug_dst(a, par), ld4(scr, sbc + a[1]))
         e += nprod
 
 
@@ -181,26 +187,6 @@ def flat_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
     if na > 0:
         store_row(o, bb, t0 + p, hv, c0 + c4, oa)
     store_row(o, bb, t0 + ib, hv, c0 + c4, acc)
-
-
-@_dev
-def pair_out_global(o, bb, t0, hv, c0, sm, scr, p_base, u2, half, L):
-    """Output unit ``u2`` with P^T in global memory (no Kd / P^T staging): rows p and
-    L-1-p one after the other, as ``ws_state_item`` does in that form."""
-    p, c4, ib, na = out_unit_rows(u2, half, L)
-    for rep in range(2):
-        i = p if rep == 0 else ib
-        if rep == 0 or i != p:
-            acc = ld4(sm, OFF_OQ + i * VS + c4)
-            pp = p_base + i
-            pv = OFF_VN + c4
-            j = 0
-            while j <= i:
-                acc = fma4(ld1(scr, pp), ld4(sm, pv), acc)
-                pp += C
-                pv += VS
-                j += 1
-            store_row(o, bb, t0 + i, hv, c0 + c4, acc)
 
 
 @_dev
@@ -312,8 +298,9 @@ def wsr_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, sta
                     phase2_state_unit(sm, scr, u, nq, stage_kp, off_kp, sb + o_kd, K, gl, L)
                 elif stage_kp != 0:
                     flat_out_unit(o, bb, t0, hv, c0, sm, off_kp + KC, u - ns, half, L)
-                else:
-                    pair_out_global(o, bb, t0, hv, c0, sm, scr, sb + o_p, u - ns, half, L)
+                else:                            # (P^T in global memory)
+                    p, c4, ib, na = out_unit_rows(u - ns, half, L)
+                    out_rows_seq(o, bb, t0, hv, c0, c4, sm, scr, 0, 0, sb + o_p, p, L)
             block_sync()
             sb += F
 
