@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import textwrap
 
-from dflash2_numba._compat import cuda, jit_bounded
+from dflash2_numba._compat import cuda
 
 
 def edited_device_function(module, fn_name, edits, new_name, extra=None):
@@ -27,7 +27,3 @@ def edited_device_function(module, fn_name, edits, new_name, extra=None):
     exec(compile(src, f"<{new_name}>", "exec"), namespace)
     return cuda.jit(device=True)(namespace[new_name]), namespace
 
-
-def state_kernel(fn, launch_bounds):
-    """``fn`` as a kernel with the state pass's launch bounds (the simulator's jit takes none)."""
-    return jit_bounded(fn, launch_bounds)

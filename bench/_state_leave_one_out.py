@@ -7,10 +7,10 @@ not looked at. Used by ``bench/profile_kernels.py leave-out`` on a GPU.
 """
 from __future__ import annotations
 
-from dflash2_numba._compat import cuda
+from dflash2_numba._compat import cuda, jit_bounded
 from dflash2_numba.gdn import _split_state, _split_state_ws
 
-from ._source_edit import edited_device_function, state_kernel
+from ._source_edit import edited_device_function
 
 # (original text, replacement) pairs; each must occur exactly once in the device function
 _SPLIT_EDITS = (
@@ -58,7 +58,7 @@ def _build(module, fn_name, edits, launch_bounds, extra):
             item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, cuda.blockIdx.x,
                  stage_kp, sm, skip)
 
-    return state_kernel(leave_out_kernel, launch_bounds)
+    return jit_bounded(leave_out_kernel, launch_bounds)
 
 
 def _bounds(which):

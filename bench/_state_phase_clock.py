@@ -25,11 +25,11 @@ import warnings
 
 import numpy as np
 
-from dflash2_numba._compat import SIMULATOR, cuda
+from dflash2_numba._compat import SIMULATOR, cuda, jit_bounded
 from dflash2_numba.gdn import _split_state_ws, _split_state_wsr
 from dflash2_numba.gdn.chunked_ws import WS_LAUNCH_BOUNDS
 
-from ._source_edit import edited_device_function, state_kernel
+from ._source_edit import edited_device_function
 
 N_STAMPS = 5
 
@@ -121,7 +121,7 @@ def _build(module, fn_name, edits):
         item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, cuda.blockIdx.x, stage_kp,
              ncomp, sm, stamps, c_lo, c_hi)
 
-    return state_kernel(clocked_kernel, WS_LAUNCH_BOUNDS)
+    return jit_bounded(clocked_kernel, WS_LAUNCH_BOUNDS)
 
 
 _KERNELS = {}
@@ -139,6 +139,14 @@ def clocked_kernel(variant: str = "chunked_ws"):
         else:
             raise ValueError(f"variant: no clocked form of {variant!r}")
     return _KERNELS[variant]
+
+
+def stamp_buffer(call, nchunks: int):
+    """A device array for the stamps of a planned warp-specialised call: [items, nchunks,
+    warps, 5] int64, -1 (never written) everywhere."""
+    s = call.plan.scratch
+    nwarps = -(-(int(s.ws.ncomp) + s.ws.ncopy) // 32)
+    return cuda.to_device(np.full((s.n_items, nchunks, nwarps, N_STAMPS), -1, np.int64))
 
 
 def summarise(stamps: np.ndarray, ncomp: int) -> dict:

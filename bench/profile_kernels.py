@@ -103,7 +103,7 @@ def split_launchers(call):
 def ws_state_launcher(call):
     """The state kernel of a planned warp-specialised call (``chunked_ws``,
     ``chunked_wsr``) alone."""
-    return state_pass_launcher(call, call.plan.scratch.ws.jit)
+    return state_pass_launcher(call, call.plan.scratch.ws.kernel.kernel)   # (DynShared's)
 
 
 def state_pass_launcher(call, kernel, *extra):
@@ -227,8 +227,7 @@ def mode_phase_clock(args, inputs):
     cuda.synchronize()
     ro, rs = (host(x) for x in call.results())
     p, s = call.plan, call.plan.scratch
-    nwarps = -(-(int(s.ws.ncomp) + s.ws.ncopy) // 32)
-    stamps = cuda.to_device(np.full((s.n_items, c_hi - c_lo, nwarps, X.N_STAMPS), -1, np.int64))
+    stamps = X.stamp_buffer(call, c_hi - c_lo)
     go = state_pass_launcher(call, X.clocked_kernel(args.gdn_variant), stamps,
                             np.int32(c_lo), np.int32(c_hi))
     p.o.copy_to_device(np.full(p.o.shape, -777.0, p.o.dtype))      # sentinels: every

@@ -4,7 +4,7 @@
 #   stages: tests (gpu-marked pytest), sanitize, screen, bench-attention, bench-gdn,
 #           phase-clock (chunked_ws / chunked_wsr state passes, cycles per phase; CLOCK_VARIANTS),
 #           copy-ceiling (L2 -> SM copy rate),
-#           ncu-gdn (Nsight Compute report of chunked_ws's two kernels, one call)
+#           ncu-gdn (Nsight Compute report of one call's two kernels; NCU_VARIANT, default chunked_wsr)
 set -u
 out=${1:?usage: run_all_gpu.sh OUTDIR STAGE...}
 shift
@@ -48,9 +48,10 @@ for stage in "$@"; do
       ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
           --section SourceCounters --section InstructionStats --section MemoryWorkloadAnalysis \
           --section Occupancy -k regex:gdn_ python3 bench/profile_kernels.py gdn-once \
-          --gdn-variant chunked_ws --out "$out" > "$out/ncu_gdn_ws.txt" 2>&1; rc=$?
+          --gdn-variant "${NCU_VARIANT:-chunked_wsr}" --out "$out" \
+          > "$out/ncu_gdn_${NCU_VARIANT:-chunked_wsr}.txt" 2>&1; rc=$?
       grep -E "^  [a-z_]+.*\(|Duration|Issue Active|Warp Cycles Per Issued|Stall (Barrier|Long|Short|Wait)" \
-          "$out/ncu_gdn_ws.txt" | head -n 24 ;;
+          "$out/ncu_gdn_${NCU_VARIANT:-chunked_wsr}.txt" | head -n 24 ;;
     *) echo "unknown stage $stage"; rc=2 ;;
   esac
   echo "== stage $stage: exit $rc in $(( $(date +%s) - start )) s"

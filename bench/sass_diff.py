@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Did a source change alter the machine code of the GDN state kernels? Compiles
 ``gdn_ws_state``, ``gdn_wsr_state``, ``gdn_split_state`` and ``gdn_split_pipe`` (first
-signature, their launch bounds) to sm_90 SASS for the package found on ``sys.path`` and writes one instruction per
-line (addresses dropped). Run it in two trees and compare the files. No GPU is needed: it uses the ptxas of
-the ``cuda12`` extra and an ``nvdisasm`` given by ``--nvdisasm``.
+signature, their launch bounds) to sm_90 SASS for the package found on ``sys.path`` and
+writes one instruction per line (addresses dropped). Run it in two trees and compare the
+files. No GPU is needed: it uses the ptxas of the ``cuda12`` extra and an ``nvdisasm``
+given by ``--nvdisasm``.
 
     (cd old_tree && python3 bench/sass_diff.py --out /tmp/old --nvdisasm N)
     (cd new_tree && python3 bench/sass_diff.py --out /tmp/new --nvdisasm N)

@@ -203,9 +203,9 @@ def test_launch_knobs_do_not_change_bits(monkeypatch, variant, cols, threads):
 @pytest.mark.parametrize("stage_kp", ["0", "1"])
 @pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws", "chunked_wsr"])
 def test_state_staging_does_not_change_bits(monkeypatch, variant, stage_kp):
-    """The staged state passes (chunked_split, chunked_ws) with and without Kd / P^T staged
-    in shared memory (the device's shared-memory size picks one at plan time): same bits
-    as the frozen kernel."""
+    """The staged state passes (chunked_split, chunked_ws, chunked_wsr) with and without
+    Kd / P^T staged in shared memory (the device's shared-memory size picks one at plan
+    time): same bits as the frozen kernel."""
     if variant not in VARIANTS:
         pytest.skip(f"{variant} not registered")
     from dflash2_numba.gdn import chunked_split

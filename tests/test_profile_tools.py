@@ -1,6 +1,7 @@
 """The timing experiments of bench/ built from the package's own kernels: the leave-one-out
-and phase-clock copies of the staged state passes (``chunked_split``, ``chunked_ws``) must
-compute their variant's bytes exactly, and the L2 copy-ceiling kernel must move exact bytes."""
+and phase-clock copies of the staged state passes (``chunked_split``, ``chunked_ws``,
+``chunked_wsr``) must compute their variant's bytes exactly, the L2 copy-ceiling kernel must
+move exact bytes, and the phase-clock summary must read the right stamps."""
 import numpy as np
 import pytest
 
@@ -60,8 +61,7 @@ def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk(var
 
     call, ref = _planned_with_sentinels(variant, 140, 6)   # chunks of 64 + 64 + 12
     s = call.plan.scratch
-    nwarps = -(-(int(s.ws.ncomp) + s.ws.ncopy) // 32)
-    stamps = cuda.to_device(np.full((s.n_items, 2, nwarps, X.N_STAMPS), -1, np.int64))
+    stamps = X.stamp_buffer(call, 2)
     state_pass_launcher(call, X.clocked_kernel(variant), stamps, np.int32(1),
                         np.int32(3))()                           # chunks 1, 2
     _assert_results_are(call, ref)
@@ -74,7 +74,8 @@ def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk(var
                             "tail", "warp_phase1_busy", "warp_phase2_busy"}
     assert summary["chunk_period"] > 0 and summary["compute"]["phase1_busy"] >= 0
     assert summary["compute"]["phase1_wait"] >= 0 and summary["copy"]["phase2_wait"] >= 0
-    assert len(summary["warp_phase1_busy"]) == nwarps
+    nwarps = -(-(int(s.ws.ncomp) + s.ws.ncopy) // 32)
+    assert len(summary["warp_phase1_busy"]) == st.shape[2] == nwarps
     # a stamp block never written (a chunk past the sequence) is skipped, not counted
     st2 = np.concatenate([st, np.full_like(st[:, :1], -1)], axis=1)
     assert X.summarise(st2, int(s.ws.ncomp))["chunk_period"] == summary["chunk_period"]

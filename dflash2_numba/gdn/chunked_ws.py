@@ -90,8 +90,8 @@ def prepare_with(plan: GdnPlan, stream, kernel, name: str, defaults=None, cap=No
     total = S.fit_threads(kernel, args, ncomp + ncopy)
     if total < ncomp + ncopy:       # pragma: no cover - a toolchain that needs more registers
         raise RuntimeError(f"{name}: {ncomp} + {ncopy} threads do not fit one SM")
-    s.ws = SimpleNamespace(kernel=DynShared(kernel, smem), jit=kernel, smem=smem,
-                           ncomp=np.int32(ncomp), ncopy=ncopy, stage_kp=np.int32(stage_kp))
+    s.ws = SimpleNamespace(kernel=DynShared(kernel, smem), smem=smem, ncomp=np.int32(ncomp),
+                           ncopy=ncopy, stage_kp=np.int32(stage_kp))
     plan.scratch = s
 
 
