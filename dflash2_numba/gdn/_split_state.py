@@ -97,6 +97,21 @@ def item_layout(o, seqs, items, F, H, K, it):
 
 
 @_dev
+def prefetch_kd_pt_l1(scr, sb, o_kd, o_p, KC, pt, npt):
+    """``prefetch.global.L1`` of chunk slot ``sb``'s Kd (``KC`` floats at ``o_kd``) and P^T
+    (C x C floats at ``o_p``), one instruction per 128-byte line, threads ``pt`` of
+    ``npt``; no value is touched."""
+    e = pt
+    while e < KC // 32:
+        pf1(scr, sb + o_kd + 32 * e)
+        e += npt
+    e = pt
+    while e < (C * C) // 32:
+        pf1(scr, sb + o_p + 32 * e)
+        e += npt
+
+
+@_dev
 def state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, hbuf, F, H, K, it, ci_lo, ci_hi,
                hs, vn, oq):
     """Steps 6-8 of chunked for work item ``it`` over the chunks ``ci_lo <= ci < ci_hi`` of
@@ -137,14 +152,7 @@ def state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, hbuf, F, H, K, it, c
 
         # ---- L1 prefetch (values untouched): this chunk's Kd and P^T (read after the next
         # barrier) and, if there is one, the next chunk's W^T and qs^T
-        e = tid
-        while e < nkc:
-            pf1(scr, sb + o_kd + 32 * e)
-            e += nthr
-        e = tid
-        while e < (C * C) // 32:
-            pf1(scr, sb + o_p + 32 * e)
-            e += nthr
+        prefetch_kd_pt_l1(scr, sb, o_kd, o_p, KC, tid, nthr)
         if ci + 1 < hi:                 # (never a chunk of a later pipeline stage)
             e = tid
             while e < nkc:
@@ -486,14 +494,7 @@ def staged_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, 
             stage_two(sm, off_kp, off_kp + KC, scr, sb + o_kd, n4, sb + o_p, (C * C) // 4,
                       tid, nthr)
         else:
-            e = tid
-            while e < KC // 32:
-                pf1(scr, sb + o_kd + 32 * e)
-                e += nthr
-            e = tid
-            while e < (C * C) // 32:
-                pf1(scr, sb + o_p + 32 * e)
-                e += nthr
+            prefetch_kd_pt_l1(scr, sb, o_kd, o_p, KC, tid, nthr)
         if ci + 1 < nch:
             e = tid
             while e < KC // 32:

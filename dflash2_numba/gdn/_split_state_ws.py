@@ -32,6 +32,7 @@ from .._compat import cuda
 from ._common import C
 from ._split_ops import VS, _dev, fma4, ld1, ld4, pf1, pf2, st4
 from ._split_state import (OFF_OQ, OFF_VN, OFF_WQ, item_layout, load_state_slice,
+                           prefetch_kd_pt_l1,
                            phase1_unit, scale4, stage_two, state_rows2,
                            store_row, store_state_slice)
 
@@ -231,14 +232,7 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
                 stage_two(sm, off_kp, off_kp + KC, scr, sb + o_kd, n4, sb + o_p,
                           (C * C) // 4, ptid1, nprod1)
             else:
-                e = ptid1
-                while e < KC // 32:
-                    pf1(scr, sb + o_kd + 32 * e)
-                    e += nprod1
-                e = ptid1
-                while e < (C * C) // 32:
-                    pf1(scr, sb + o_p + 32 * e)
-                    e += nprod1
+                prefetch_kd_pt_l1(scr, sb, o_kd, o_p, KC, ptid1, nprod1)
         else:
             for u in range(tid, (C // 2) * 2 * ncg, ncomp):
                 phase1_unit(sm, u, ncg, KC, K, sm, off_u, VS, sm, gb)

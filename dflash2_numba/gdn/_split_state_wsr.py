@@ -36,6 +36,7 @@ from .._compat import cuda
 from ._common import C, ZERO
 from ._split_ops import VS, _dev, block_sync, fma4, ld1, ld4, opaque, pf1, st4
 from ._split_state import (OFF_OQ, OFF_VN, OFF_WQ, item_layout, load_state_slice,
+                           prefetch_kd_pt_l1,
                            out_rows_seq, phase1_unit, store_row, store_state_slice)
 from ._split_state_ws import _ug_addr, out_unit_rows, phase2_state_unit, prefetch_chunk_l2
 
@@ -252,14 +253,7 @@ def wsr_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, sta
             if stage_kp != 0:
                 store_region(sm, scr, ptid, nprod, nb_, n4, sb + o_kd, sb + o_p, off_kp, x)
             else:
-                e = ptid
-                while e < KC // 32:
-                    pf1(scr, sb + o_kd + 32 * e)
-                    e += nprod
-                e = ptid
-                while e < (C * C) // 32:
-                    pf1(scr, sb + o_p + 32 * e)
-                    e += nprod
+                prefetch_kd_pt_l1(scr, sb, o_kd, o_p, KC, ptid, nprod)
             x = zero_slots()                     # (every path redefines the carried
             xu = (_Z4, _Z4)                      # values: the old ones die at their stores)
             if ci + 1 < nch:
