@@ -22,7 +22,9 @@ Modes
                 chunk-step period.
   ``gdn-once``  one ``--gdn-variant`` call (to run under ``ncu -k regex:gdn_``).
   ``attn-once`` one ``tiled`` (``--attn-variant``) attention launch at 261888 tokens, production
-                shape (to run under ``ncu -k regex:split_kernel``).
+                shape (to run under ``ncu -k regex:split_kernel``), and its event median.
+  ``attn-ab``   ``tiled_compact``'s split kernel under each ``--attn-options`` generator
+                option set (same bits, checked): interleaved event medians.
 
 Timing: CUDA events around ``--inner`` back-to-back launches after one warm-up launch,
 median of ``--reps``. Writes ``profile_<mode>.json`` to --out. Example (one device call):
@@ -251,6 +253,15 @@ def mode_phase_clock(args, inputs):
 
 
 def mode_attn_once(args):
+    plan, _, ctx = _attn_plan(args.attn_variant)
+    plan.launch()
+    cuda.synchronize()
+    return [dict(what=f"attention {args.attn_variant} one layer at {ctx}",
+                 ms=event_median_ms(plan.launch, args.reps, args.inner))]
+
+
+def _attn_plan(variant):
+    """The production-shape plan at 261888 tokens (uniform random E4M3 bytes, no NaN codes)."""
     D, HQ, PAGE, ctx = 256, 6, 3296, 261888
     pages = -(-ctx // PAGE) + 1
     rng = np.random.default_rng(3)
@@ -263,16 +274,48 @@ def mode_attn_once(args):
     ws = d2.AttentionWorkspace(batch=1, q_len=8, heads=HQ, head_dim=D, splits=80)
     plan = d2.plan_attention(q, caches[0], caches[1], np.arange(pages, dtype=np.int32)[None, :],
                              np.array([ctx], np.int32), scale=D ** -0.5,
-                             variant=args.attn_variant, workspace=ws)
+                             variant=variant, workspace=ws)
+    return plan, ws, ctx
+
+
+def mode_attn_ab(args):
+    """``tiled_compact``'s split kernel built with each ``--attn-options`` entry (schedule
+    options of its generator, same bits): partial and lse compared byte for byte with the
+    registered kernel's after sentinel fill, then CUDA-event medians in interleaved rounds."""
+    from dflash2_numba.attention import tiled_compact as TC
+
+    plan, ws, ctx = _attn_plan("tiled_compact")
+    ws.fill_sentinel()
     plan.launch()
     cuda.synchronize()
-    return [dict(what=f"attention {args.attn_variant} one layer at {ctx}",
-                 ms=event_median_ms(plan.launch, args.reps, args.inner))]
+    ref = (host(plan.partial).tobytes(), host(plan.lse).tobytes())
+    entries = {}
+    for entry in [e for e in args.attn_options.split(";") if e]:
+        opts = {}
+        for kv in [x for x in entry.split(",") if x]:
+            k, v = kv.split("=")
+            opts[k] = bool(int(v))
+        kern = cuda.jit(TC._make_split_kernel(256, True, **opts))
+        name, dyn, grid, kargs = TC.split_launch(plan, {(256, True): kern})
+        go = (lambda dyn=dyn, grid=grid, kargs=kargs: dyn[grid, TC.NT, 0](*kargs))
+        ws.fill_sentinel()
+        go()
+        cuda.synchronize()
+        same = (host(plan.partial).tobytes(), host(plan.lse).tobytes()) == ref
+        entries[entry] = dict(go=go, same=same, ms=[])
+        log(f"options {entry}: partial and lse same bytes as the registered kernel: {same}")
+    for _ in range(args.rounds):
+        for entry, d in entries.items():
+            d["ms"].append(event_median_ms(d["go"], args.reps, args.inner))
+    return [dict(what=f"tiled_compact split kernel, options {entry}, one layer at {ctx}",
+                 same_bytes=d["same"], ms=float(np.median(d["ms"])), rounds=d["ms"])
+            for entry, d in entries.items()]
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", choices=["gdn", "leave-out", "phase-clock", "gdn-once", "attn-once"])
+    ap.add_argument("mode", choices=["gdn", "leave-out", "phase-clock", "gdn-once", "attn-once",
+                                     "attn-ab"])
     ap.add_argument("--T", type=int, default=65536)
     ap.add_argument("--sweep", default="", help="state-pass configurations COLSxTHREADSxSTAGE_KP")
     ap.add_argument("--ws-sweep", default="",
@@ -283,6 +326,9 @@ def main(argv=None):
                     help="phase-clock: the chunks LO:HI whose stamps are kept")
     ap.add_argument("--gdn-variant", default="chunked_split", help="gdn-once: the variant")
     ap.add_argument("--attn-variant", default="tiled")
+    ap.add_argument("--attn-options", default="defer_o=1;defer_o=0",
+                    help="attn-ab: ';'-separated tiled_compact generator options, k=0/1 each")
+    ap.add_argument("--rounds", type=int, default=5, help="attn-ab: interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--inner", type=int, default=3)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -290,6 +336,8 @@ def main(argv=None):
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.mode == "attn-once":
         rows = mode_attn_once(args)
+    elif args.mode == "attn-ab":
+        rows = mode_attn_ab(args)
     else:
         inputs = gdn_inputs(args.T)
         if args.mode == "gdn-once":

@@ -14,7 +14,7 @@ import dflash2_numba as d2
 from dflash2_numba.contract import active_splits
 from tests.attention_helpers import case
 
-FAST_VARIANTS = ["tiled"]
+FAST_VARIANTS = ["tiled", "tiled_compact"]
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,9 @@ On a GPU each is a numba intrinsic emitting a handful of LLVM operations:
     4-D uint32 array (the caller guarantees 16-byte alignment);
   * ``ldb4(a, i0, i1, i2, i3)``: the four bytes ``a[i0, i1, i2, i3..i3+3]`` of a 4-D uint8
     array as one little-endian uint32 (four byte loads, one address computation);
+  * ``ldg4_at(a, off)`` / ``ldb4_at(a, off)``: the same 16-byte / 4-byte loads at a byte
+    offset ``off`` from the start of ``a``'s data (the caller computes ``off`` from the
+    array's byte strides and range-checked indices; no index arithmetic per load);
   * ``nan_bytes(w)``: nonzero exactly when a byte of ``w`` is an E4M3 NaN code (0x7F/0xFF);
   * ``e4m3x4(w)``: the four E4M3FN bytes of a uint32 word (byte 0 first) as float32 values
     times 2^-120, exactly: the byte's 7 magnitude bits placed at float32 bits 20..26 and its
@@ -17,6 +20,8 @@ On a GPU each is a numba intrinsic emitting a handful of LLVM operations:
     0x7F / 0xFF become the decode table's NaN (0x7FC00000 with the sign). Per byte: one
     shift to bring it to bits 24..31, an arithmetic shift right by 4 and one mask (plus a
     per-word NaN test); 32-bit integer operations only, no rounding anywhere.
+    ``e4m3x4_plain(w)`` is the same without the NaN patch: equal to ``e4m3x4`` for every
+    word with no NaN code (the caller tests ``nan_bytes`` first).
 Under the CUDA simulator they are plain Python with the same results, so the kernel
 source runs unchanged on both.  :func:`decode_ir` builds ``e4m3x4``'s IR and is shared
 with a CPU check in the tests.
@@ -24,6 +29,8 @@ with a CPU check in the tests.
 from __future__ import annotations
 
 import numpy as np
+import ctypes
+
 from llvmlite import ir
 
 from .._compat import SIMULATOR
@@ -82,6 +89,26 @@ def e4m3x4_py(w):
     return out[0], out[1], out[2], out[3]
 
 
+def e4m3x4_plain_py(w):
+    """:func:`e4m3x4_py` without the NaN patch (right for words with no NaN code)."""
+    w = int(w) & 0xFFFFFFFF
+    out = []
+    for k in range(4):
+        t = (w << (24 - 8 * k)) & 0xFFFFFFFF
+        out.append(np.uint32(((t >> 4) & 0x07F00000) | (t & 0x80000000)).view(np.float32))
+    return out[0], out[1], out[2], out[3]
+
+
+def plain_decode_ir(builder, w):
+    """IR for :func:`e4m3x4_plain` on the i32 value ``w``; returns four float IR values."""
+    out = []
+    for k in range(4):
+        t = builder.shl(w, _c(24 - 8 * k)) if k < 3 else w
+        bits = builder.and_(builder.ashr(t, _c(4)), _c(0x87F00000 - (1 << 32)))
+        out.append(builder.bitcast(bits, ir.FloatType()))
+    return out
+
+
 if SIMULATOR:
     SHARED_ALIGN = None          # the simulator refuses an explicit alignment
 
@@ -108,6 +135,23 @@ if SIMULATOR:
                          | (int(a[i0, i1, i2, i3 + 2]) << 16) | (int(a[i0, i1, i2, i3 + 3]) << 24))
 
     e4m3x4 = e4m3x4_py
+    e4m3x4_plain = e4m3x4_plain_py
+
+    def _data_bytes(a):
+        """The bytes of a (simulated) device array from its first element on."""
+        item = a.__dict__.get("_item", a)
+        arr = getattr(item, "_ary", item)
+        span = sum((n - 1) * st for n, st in zip(arr.shape, arr.strides)) + arr.itemsize
+        ptr = arr.__array_interface__["data"][0]
+        return (ctypes.c_uint8 * span).from_address(ptr)
+
+    def ldg4_at(a, off):
+        raw = bytes(_data_bytes(a)[off:off + 16])
+        w = np.frombuffer(raw, dtype="<u4")
+        return np.uint32(w[0]), np.uint32(w[1]), np.uint32(w[2]), np.uint32(w[3])
+
+    def ldb4_at(a, off):
+        return np.uint32(int.from_bytes(bytes(_data_bytes(a)[off:off + 4]), "little"))
 
     def nan_bytes(w):
         w = int(w)
@@ -249,5 +293,56 @@ else:
 
         def codegen(context, builder, sig, args):
             return context.make_tuple(builder, sig.return_type, decode_ir(builder, args[0]))
+
+        return sig, codegen
+
+    def _data_i8(context, builder, aryty, ary_val, off, offty):
+        ary = context.make_array(aryty)(context, builder, ary_val)
+        data = ary.data
+        i8p = ir.IntType(8).as_pointer(data.type.addrspace)
+        return builder.gep(builder.bitcast(data, i8p), [_intp(context, builder, off, offty)])
+
+    @intrinsic
+    def ldg4_at(typingctx, a, off):
+        if not (isinstance(a, ntypes.Array) and a.dtype == ntypes.uint32
+                and isinstance(off, ntypes.Integer)):
+            return None
+        sig = signature(ntypes.UniTuple(ntypes.uint32, 4), a, off)
+
+        def codegen(context, builder, sig, args):
+            p = _data_i8(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            vt = ir.VectorType(_I32, 4)
+            v = builder.load(builder.bitcast(p, vt.as_pointer(p.type.addrspace)), align=16)
+            vals = [builder.extract_element(v, _c(k)) for k in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    @intrinsic
+    def ldb4_at(typingctx, a, off):
+        if not (isinstance(a, ntypes.Array) and a.dtype == ntypes.uint8
+                and isinstance(off, ntypes.Integer)):
+            return None
+        sig = signature(ntypes.uint32, a, off)
+
+        def codegen(context, builder, sig, args):
+            p = _data_i8(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+            w = None
+            for k in range(4):
+                b = builder.zext(builder.load(builder.gep(p, [ir.Constant(ir.IntType(64), k)])), _I32)
+                b = builder.shl(b, _c(8 * k)) if k else b
+                w = b if w is None else builder.or_(w, b)
+            return w
+
+        return sig, codegen
+
+    @intrinsic
+    def e4m3x4_plain(typingctx, w):
+        if not (isinstance(w, ntypes.Integer) and w.bitwidth == 32):
+            return None
+        sig = signature(ntypes.UniTuple(ntypes.float32, 4), w)
+
+        def codegen(context, builder, sig, args):
+            return context.make_tuple(builder, sig.return_type, plain_decode_ir(builder, args[0]))
 
         return sig, codegen

@@ -1,0 +1,541 @@
+"""Compact-code register-tiled q8 attention ("tiled_compact"): ``tiled``'s arithmetic with
+the instruction stream and the shared-memory traffic reshaped after its H200 profile.
+
+Keeps: contract A bit for bit, by the same argument as ``tiled.py`` (its docstring): every
+FP32 value the contract defines is produced by the same sequence of roundings as
+``frozen.py``; the power-of-two factors folded into the decoded K/V and into q, hi and lo
+are the same; the K16 slice sums, the Kahan step, the tile max, the probabilities, the
+pairwise tree, the (m, l, alpha) update and the PV chain (hi_0..15, lo_0..15, hi_16..31,
+lo_16..31 per (row, column)) run in the same order. The combine kernel is frozen's.
+
+What differs from ``tiled`` (the schedule and the memory layout only):
+  * Rolled, software-pipelined inner loops. The score (8 K16 steps per iteration, two
+    iterations per slice) and PV (8 keys per iteration, eight iterations: half x hi/lo x
+    8 keys) run as loops whose trip count the compiler cannot see (a run-time 0 is added
+    to it), so the tile loop is about a third of ``tiled``'s machine code: the profile
+    showed ~20 % "no instruction" stalls throughout ``tiled``'s straight-line FFMA code.
+    Each step's shared-memory operands are loaded one step ahead, across the loop's back
+    edge too (the last iteration re-reads its own first operands, so nothing outside the
+    tile's data is read). PV reloads V from shared memory for the lo pass instead of
+    holding 16 rows of it in 64 registers.
+  * Incremental cache addressing: each thread keeps, per 16-byte chunk it loads, the byte
+    offset of that chunk in the K and in the V cache (from the caches' byte strides) and
+    adds 32 rows' stride per tile while none of its chunks can have crossed a page (its
+    first chunk's slot, kept unwrapped, tells); otherwise it recomputes every chunk's page
+    from the block table (``tiled`` recomputed a 4-D address and re-read the block table
+    for every chunk of every tile: about a tenth of its run time). The offset is -1 when the key is past
+    T, the block-table column past W or the page id outside [0, num_pages): those chunks
+    load zeros, as in ``tiled``. Strides are never negative (the API refuses them), so an
+    offset is never -1 otherwise.
+  * Bank-conflict-free shared stores: the load role maps lane bits so that each 8-lane
+    phase of a 16-byte V store covers 4 keys x 2 chunk parities, and V rows are padded to
+    D + 4 floats; K's scalar stores then hit 32 distinct banks; hi/lo rows are padded to
+    20 floats and the score rows to 40. (``tiled``'s V stores ran at 4x their ideal
+    wavefronts, its K and hi/lo stores at 2x and 4x.)
+  * One NaN-code test per 16-byte chunk (the plain bit-move decode otherwise), and the
+    probability computed without a branch (its exponential is formed for every key and
+    replaced by 0 for a key the row does not see, which is the same value).
+"""
+from __future__ import annotations
+
+import linecache
+import math  # noqa: F401  (the generated source calls math.exp)
+
+import numpy as np
+
+from .._compat import SIMULATOR, cuda
+from .._dynshared import DynShared
+from .._registry import KernelSpec, Variant, launch, register
+from ..contract import EXP_CLAMP, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
+from . import frozen, tiled
+from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count  # noqa: F401
+from ._tiled_ops import (SHARED_ALIGN, e4m3x4, e4m3x4_plain, ld1, ldb4_at, ldg4_at,  # noqa: F401
+                         lds4, nan_bytes, st1, sts4)
+from .tiled import (F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, NT, Q_SCALE, RC, U0, U_RS,  # noqa: F401
+                    U_UNSCALE, _devfn, _o_update, _store_u, _zero32)
+
+HRS = 20                 # hi / lo: key stride (16 rows + 4): conflict-free stores
+XRS = 40                 # x: row stride (32 keys + 8): conflict-free stores
+_SMEM_DT = np.dtype(np.float32) if SIMULATOR else np.float32
+
+
+def _smem_layout(D):
+    """Offsets (in float32 elements) into the dynamic shared buffer; all multiples of 4."""
+    NSL = D // 16
+    L = {"VRS": D + 4}                       # V row stride: 8-lane phases hit 8 bank groups
+    L["QS_SL"] = 16 * RC + 4                 # q * 2^112 [slice][ii][row]
+    L["QS"] = 0
+    L["KS_SL"] = 16 * TILE_KEYS + 4          # K * 2^-120 [slice][ii][key]
+    L["KS"] = L["QS"] + NSL * L["QS_SL"]
+    L["U_SL"] = RC * U_RS + 16               # u [slice][row][key]; rows >= 8 shifted by 16
+    L["UV"] = L["KS"] + NSL * L["KS_SL"]     # u, then V * 2^-120 [key][d] (same space)
+    uv = max(NSL * L["U_SL"], TILE_KEYS * L["VRS"])
+    L["HS"] = L["UV"] + uv                   # hi * 2^120 [key][row]
+    L["LS"] = L["HS"] + TILE_KEYS * HRS      # lo * 2^109 [key][row]
+    L["XS"] = L["LS"] + TILE_KEYS * HRS      # x [row][key]
+    L["T2"] = L["XS"] + RC * XRS             # pairwise-tree level 2 [row][8]
+    L["AS"] = L["T2"] + RC * 8               # alpha [tile parity][row]
+    L["LF"] = L["AS"] + 2 * RC               # l [row]
+    L["SEEN"] = L["LF"] + RC                 # keys of the tile each row sees, as float32
+    L["NANV"] = L["SEEN"] + RC               # "this tile's V holds a NaN code" [parity]
+    L["TOTAL"] = L["NANV"] + 4
+    for k, v in L.items():
+        assert v % 4 == 0, (k, v)
+    return L
+
+
+def load_role_bits(D):
+    """The load role's (lc, lk0) as sums of thread-index bits: lc (the 16-byte column) takes
+    bits 0, 3, 4, 5 (as many as it needs), the key lk0 the rest in order, so an 8-lane phase
+    (bits 0..2) covers 2 column parities x 4 keys."""
+    CPK = D // 16
+    nlc = CPK.bit_length() - 1
+    lc_bits = [0, 3, 4, 5][:nlc]
+    lk_bits = [b for b in range(7) if b not in lc_bits]
+    return lc_bits, lk_bits
+
+
+def _bits_expr(bits):
+    return " + ".join(f"(((tid >> {b}) & 1) << {i})" for i, b in enumerate(bits))
+
+
+def _fn_source():
+    out = []
+
+    def e(ind, text):
+        out.append("    " * ind + text)
+
+    e(0, "@_devfn")
+    e(0, "def _pv_masked(sm, va, ha, sa, jf, t):")
+    e(1, "# frozen's boundary tiles: a key the row does not see contributes V = 0")
+    e(1, "v0, v1, v2, v3 = lds4(sm, va)")
+    e(1, "h0, h1, h2, h3 = lds4(sm, ha)")
+    e(1, "h4, h5, h6, h7 = lds4(sm, ha + 4)")
+    e(1, "s0, s1, s2, s3 = lds4(sm, sa)")
+    e(1, "s4, s5, s6, s7 = lds4(sm, sa + 4)")
+    for rr in range(8):
+        for cc in range(4):
+            e(1, f"t[{4 * rr + cc}] = cuda.fma(h{rr}, v{cc} if jf < s{rr} else F32_ZERO, t[{4 * rr + cc}])")
+    return "\n".join(out) + "\n"
+
+
+def _source(D, VEC, defer_o=True):
+    """Python source of the split kernel for head dim D; ``VEC``: 16-byte cache loads (else
+    four 4-byte loads per chunk). Both share every other line. ``defer_o`` (a schedule
+    option, same bits): apply O = fma(O, alpha, T) at the start of the next tile's PV, as
+    ``tiled`` does (the registered kernels); False applies it right after the tile's last
+    barrier, which frees T's 32 registers outside PV but measured 1.2 % slower on the H200
+    (``bench/profile_kernels.py attn-ab``, bench/RESULTS.md)."""
+    NSL = D // 16
+    NPASS = (NSL + 7) // 8
+    CPK = D // 16                    # 16-byte chunks per key row
+    NCH = (TILE_KEYS * CPK) // NT    # chunks per thread per tile (D / 64)
+    KSTEP = NT // CPK                # tile-key step between a thread's chunks
+    CGN = D // 4                     # PV column groups
+    L = _smem_layout(D)
+    QS, QS_SL, KS, KS_SL, VRS = L["QS"], L["QS_SL"], L["KS"], L["KS_SL"], L["VRS"]
+    UV, U_SL = L["UV"], L["U_SL"]
+    HS, LS, XS, T2, AS, LF = L["HS"], L["LS"], L["XS"], L["T2"], L["AS"], L["LF"]
+    SEEN, NANV = L["SEEN"], L["NANV"]
+    lc_bits, lk_bits = load_role_bits(D)
+    C4 = range(4)
+    out = []
+
+    def e(ind, text):
+        out.append("    " * ind + text)
+
+    def score_loads(ind, st, qa, ka):
+        """Operand set ``st`` of one K16 step: q for 8 rows, K for 4 keys."""
+        e(ind, f"q{st}_0, q{st}_1, q{st}_2, q{st}_3 = lds4(sm, {qa})")
+        e(ind, f"q{st}_4, q{st}_5, q{st}_6, q{st}_7 = lds4(sm, {qa} + 4)")
+        e(ind, f"k{st}_0, k{st}_1, k{st}_2, k{st}_3 = lds4(sm, {ka})")
+
+    def pv_loads(ind, st, va, ha):
+        """Operand set ``st`` of one PV key: V for 4 columns, hi or lo for 8 rows."""
+        e(ind, f"v{st}_0, v{st}_1, v{st}_2, v{st}_3 = lds4(sm, {va})")
+        e(ind, f"h{st}_0, h{st}_1, h{st}_2, h{st}_3 = lds4(sm, {ha})")
+        e(ind, f"h{st}_4, h{st}_5, h{st}_6, h{st}_7 = lds4(sm, {ha} + 4)")
+
+    def load(ind, arr, n, cache, off):
+        words = ", ".join(f"{arr}[{4 * n + m}]" for m in C4)
+        e(ind, f"if {off} >= 0:")
+        if VEC:
+            e(ind + 1, f"{words} = ldg4_at({cache}, {off})")
+        else:
+            for m in C4:
+                e(ind + 1, f"{arr}[{4 * n + m}] = ldb4_at({cache}, {off} + {4 * m})")
+        e(ind, "else:")
+        e(ind + 1, "; ".join(f"{arr}[{4 * n + m}] = U0" for m in C4))
+
+    def chunk_offsets(ind, n, key):
+        """kof/vof of chunk n, whose key is ``key``: -1 unless key < T and its block-table
+        column and page id are valid; a division, so only on the first tile and where a
+        chunk may cross a page."""
+        e(ind, f"kof{n} = -1")
+        e(ind, f"vof{n} = -1")
+        e(ind, f"jn = {key}")
+        e(ind, "if jn < T:")
+        e(ind + 1, "pcol = jn // page_size")
+        e(ind + 1, "if pcol < W:")
+        e(ind + 2, "pg = block_table[b, pcol]")
+        e(ind + 2, "if pg >= 0 and pg < num_pages:")
+        e(ind + 3, "pslot = jn - pcol * page_size")
+        e(ind + 3, f"kof{n} = pg * ks0 + pslot * ks1 + k_head")
+        e(ind + 3, f"vof{n} = pg * vs0 + pslot * vs1 + v_head")
+
+    def decode(ind, arr, n, is_v):
+        ws = [f"{arr}[{4 * n + m}]" for m in C4]
+        e(ind, "nf = " + " | ".join(f"nan_bytes({w})" for w in ws))
+        if is_v:
+            e(ind, "vnan |= nf")
+        for m in C4:
+            e(ind, f"a{4 * m}, a{4 * m + 1}, a{4 * m + 2}, a{4 * m + 3} = e4m3x4_plain({ws[m]})")
+        e(ind, "if nf != U0:                                 # a NaN code: the patched decode")
+        for m in C4:
+            e(ind + 1, f"a{4 * m}, a{4 * m + 1}, a{4 * m + 2}, a{4 * m + 3} = e4m3x4({ws[m]})")
+        if is_v:
+            for m in C4:
+                e(ind, f"sts4(sm, {UV} + (lk0 + {KSTEP * n}) * {VRS} + 16 * lc + {4 * m}, "
+                       f"a{4 * m}, a{4 * m + 1}, a{4 * m + 2}, a{4 * m + 3})")
+        else:
+            for m in C4:
+                for k in C4:
+                    e(ind, f"st1(sm, {KS} + lc * {KS_SL} + {(4 * m + k) * TILE_KEYS} + lk0 + {KSTEP * n}, "
+                           f"a{4 * m + k})")
+
+    e(0, "def split_kernel(q, k_cache, v_cache, block_table, seq_lens, row_lengths, use_rows,")
+    e(0, "                 page_size, splits, qk_scale, v_scale, partial, lse):")
+    for line in [
+        "s = cuda.blockIdx.x", "bh = cuda.blockIdx.y", "rg = cuda.blockIdx.z", "tid = cuda.threadIdx.x",
+        "Q = q.shape[1]", "Hq = q.shape[2]", "num_pages = k_cache.shape[0]", "Hkv = k_cache.shape[2]",
+        "W = block_table.shape[1]", "G = Hq // Hkv", "GQ = G * Q", "b = bh // Hkv", "hk = bh - b * Hkv",
+        "T = request_keys(seq_lens, row_lengths, use_rows, b, Q)",
+        "A = active_split_count(T, splits)",
+        "if s >= A:", "    return",
+        "first = split_first_tile(T, A, s)",
+        "last = first + split_tile_count(T, A, s) - 1",
+        "sm = cuda.shared.array(0, _SMEM_DT, SHARED_ALIGN)",
+        "zr = W >> 40                  # 0 at run time, unknown to the compiler: loop trip counts",
+        "n2 = 2 + zr                   # that it cannot unroll",
+        "n8 = 8 + zr",
+        "lane = tid & 31", "warp = tid >> 5",
+        "kg = (lane & 1) | (((lane >> 2) & 3) << 1)     # score role: keys 4kg..4kg+3",
+        "srg = (lane >> 1) & 1                           # rows 8srg..8srg+7",
+        "sb = lane >> 4                                  # slice parity",
+        "r = tid >> 3                                    # softmax role: row r,",
+        "kq = tid & 7                                    # keys kq + 8m",
+        f"prg = tid // {CGN}                            # PV role: rows 8prg..8prg+7,",
+        f"pcg = tid - prg * {CGN}                       # columns 4pcg..4pcg+3",
+        f"lc = {_bits_expr(lc_bits)}     # load role: 16-byte column lc",
+        f"lk0 = {_bits_expr(lk_bits)}    # of keys lk0 + {KSTEP}n",
+        "ks0 = k_cache.strides[0]", "ks1 = k_cache.strides[1]",
+        "vs0 = v_cache.strides[0]", "vs1 = v_cache.strides[1]",
+        "k_head = hk * k_cache.strides[2] + 16 * lc      # byte offset of the chunk in a row",
+        "v_head = hk * v_cache.strides[2] + 16 * lc",
+        f"k_tile = {TILE_KEYS} * ks1",
+        f"v_tile = {TILE_KEYS} * vs1",
+        "kw = cuda.local.array(16, np.uint32)",
+        "vw = cuda.local.array(16, np.uint32)",
+        "u = cuda.local.array(32, np.float32)",
+        "o = cuda.local.array(32, np.float32)",
+        "t = cuda.local.array(32, np.float32)",
+    ]:
+        e(1, line)
+    e(1, "# ---- q * 2^112 into shared memory (rows past G*Q: zeros) ----")
+    e(1, f"for idx in range(tid, {RC * D}, {NT}):")
+    e(2, f"rr = idx // {D}")
+    e(2, f"i = idx - rr * {D}")
+    e(2, "gr = rg * 16 + rr")
+    e(2, "val = F32_ZERO")
+    e(2, "if gr < GQ:")
+    e(3, "g = gr // Q")
+    e(3, "val = np.float32(q[b, gr - g * Q, hk * G + g, i]) * Q_SCALE")
+    e(2, f"st1(sm, {QS} + (i >> 4) * {QS_SL} + (i & 15) * {RC} + rr, val)")
+    e(1, "gr_s = rg * 16 + r")
+    e(1, "my_len = 0")
+    e(1, "if gr_s < GQ:")
+    e(2, "g_s = gr_s // Q")
+    e(2, "my_len = row_length(seq_lens, row_lengths, use_rows, b, gr_s - g_s * Q, Q)")
+    e(1, "min_len = 1 << 62                               # shortest valid row of the CTA")
+    e(1, "for rr in range(16):")
+    e(2, "gr = rg * 16 + rr")
+    e(2, "if gr < GQ:")
+    e(3, "g = gr // Q")
+    e(3, "min_len = min(min_len, row_length(seq_lens, row_lengths, use_rows, b, gr - g * Q, Q))")
+    e(1, "if tid == 0:")
+    e(2, f"st1(sm, {NANV}, F32_ZERO)")
+    e(2, f"st1(sm, {NANV} + 1, F32_ZERO)")
+    e(1, "m_run = NEG_INF")
+    e(1, "l_run = F32_ZERO")
+    e(1, "# ---- the first tile: each chunk's page, cache offsets, K loads and decode ----")
+    e(1, f"j0 = first * {TILE_KEYS} + lk0")
+    e(1, "slot0 = j0 - (j0 // page_size) * page_size       # chunk 0's slot in its page")
+    for n in range(NCH):
+        chunk_offsets(1, n, f"j0 + {KSTEP * n}")
+        load(1, "kw", n, "k_cache", f"kof{n}")
+    for n in range(NCH):
+        decode(1, "kw", n, is_v=False)
+    e(1, "_zero32(o)")
+    e(1, "_zero32(t)")
+    e(1, "cuda.syncthreads()")
+
+    e(1, "for tile in range(first, last + 1):")
+    e(2, f"key0 = tile * {TILE_KEYS}")
+    e(2, "# ---- A0: V of this tile, then each chunk one tile on, K of the next tile ----")
+    for n in range(NCH):
+        load(2, "vw", n, "v_cache", f"vof{n}")
+    e(2, "if tile < last:")
+    e(3, f"slot0 += {TILE_KEYS}")
+    e(3, f"if slot0 + {KSTEP * (NCH - 1)} < page_size:     # no chunk crossed a page: one add each")
+    e(4, f"rem = T - key0 - {TILE_KEYS}                 # next tile: key lk0 + {KSTEP}n < T iff < rem")
+    for n in range(NCH):
+        e(4, f"if lk0 + {KSTEP * n} >= rem:")
+        e(5, f"kof{n} = -1")
+        e(5, f"vof{n} = -1")
+        e(4, f"elif kof{n} >= 0:")
+        e(5, f"kof{n} += k_tile")
+        e(5, f"vof{n} += v_tile")
+    e(3, "else:                                            # recompute from the block table")
+    e(4, f"j0 = key0 + {TILE_KEYS} + lk0")
+    e(4, "slot0 = j0 - (j0 // page_size) * page_size")
+    for n in range(NCH):
+        chunk_offsets(4, n, f"j0 + {KSTEP * n}")
+    for n in range(NCH):
+        load(3, "kw", n, "k_cache", f"kof{n}")
+
+    e(2, "# ---- A: K16 slice sums u for 8 rows x 4 keys, ascending i (4 steps per pass) ----")
+    e(2, f"for ps in range({NPASS}):")
+    e(3, "sl = ps * 8 + 2 * warp + sb")
+    e(3, f"if sl < {NSL}:")
+    e(4, "_zero32(u)")
+    e(4, f"qa = {QS} + sl * {QS_SL} + 8 * srg")
+    e(4, f"ka = {KS} + sl * {KS_SL} + 4 * kg")
+    score_loads(4, 0, "qa", "ka")
+    e(4, "it = 0")
+    e(4, "while it < n2:                           # 2 x 8 K16 steps; operands one step ahead")
+    e(5, f"nqa = qa + {8 * RC} if it + 1 < n2 else qa")
+    e(5, f"nka = ka + {8 * TILE_KEYS} if it + 1 < n2 else ka")
+    for ii in range(8):
+        if ii < 7:
+            score_loads(5, (ii + 1) % 2, f"qa + {(ii + 1) * RC}", f"ka + {(ii + 1) * TILE_KEYS}")
+        else:
+            score_loads(5, 0, "nqa", "nka")
+        for rr in range(8):
+            for cc in C4:
+                e(5, f"u[{4 * rr + cc}] = cuda.fma(q{ii % 2}_{rr}, k{ii % 2}_{cc}, u[{4 * rr + cc}])")
+    e(5, "qa = nqa")
+    e(5, "ka = nka")
+    e(5, "it += 1")
+    e(4, f"_store_u(sm, {UV} + sl * {U_SL} + 16 * srg + 4 * kg + 8 * srg * U_RS, u)")
+    e(2, "cuda.syncthreads()                               # S1")
+
+    e(2, "# ---- B: Kahan across the slices in ascending order, scale, visibility ----")
+    e(2, f"ubr = {UV} + r * U_RS + 16 * (r >> 3) + kq")
+    for m in C4:
+        e(2, f"s{m} = F32_ZERO")
+        e(2, f"c{m} = F32_ZERO")
+    e(2, f"for sl in range({NSL}):")
+    e(3, f"ua = ubr + sl * {U_SL}")
+    for m in C4:
+        e(3, f"y{m} = ld1(sm, ua + {8 * m}) - c{m}")
+        e(3, f"w{m} = s{m} + y{m}")
+        e(3, f"c{m} = (w{m} - s{m}) - y{m}")
+        e(3, f"s{m} = w{m}")
+    for m in C4:
+        e(2, f"vis{m} = key0 + kq + {8 * m} < my_len")
+        e(2, f"x{m} = NEG_INF")
+        e(2, f"if vis{m}:")
+        e(3, f"x{m} = (s{m} * U_UNSCALE) * qk_scale")
+        e(2, f"st1(sm, {XS} + r * {XRS} + kq + {8 * m}, x{m})")
+    e(2, "cuda.syncthreads()                               # S2")
+
+    e(2, "# ---- C1: tile max (frozen's sequential order), p, hi/lo, tree levels 1-2 ----")
+    e(2, f"xb = {XS} + r * {XRS}")
+    e(2, "z0, z1, z2, z3 = lds4(sm, xb)")
+    e(2, "tmax = max(max(max(z0, z1), z2), z3)")
+    for c4 in range(1, 8):
+        e(2, f"z0, z1, z2, z3 = lds4(sm, xb + {4 * c4})")
+        e(2, "tmax = max(max(max(max(tmax, z0), z1), z2), z3)")
+    e(2, "mnew = max(m_run, tmax)")
+    for m in C4:
+        e(2, f"ex{m} = np.float32(math.exp(max(x{m} - mnew, EXP_CLAMP)))")
+        e(2, f"p{m} = ex{m} if vis{m} else F32_ZERO")
+        e(2, f"hi{m} = np.float32(np.float16(p{m}))")
+        e(2, f"lo{m} = np.float32(np.float16((p{m} - hi{m}) * RESIDUAL_SCALE))")
+        e(2, f"st1(sm, {HS} + (kq + {8 * m}) * {HRS} + r, hi{m} * HI_SCALE)")
+        e(2, f"st1(sm, {LS} + (kq + {8 * m}) * {HRS} + r, lo{m} * LO_SCALE)")
+    e(2, f"st1(sm, {T2} + r * 8 + kq, (p0 + p2) + (p1 + p3))")
+    e(2, "if kq == 0:")
+    e(3, "seen = min(max(my_len - key0, -1), 33)")
+    e(3, f"st1(sm, {SEEN} + r, np.float32(seen))")
+    e(2, "# decode V of this tile (the u space is free) and K of the next tile")
+    e(2, "if tid == 0:")
+    e(3, f"st1(sm, {NANV} + ((tile + 1) & 1), F32_ZERO)")
+    e(2, "vnan = U0")
+    for n in range(NCH):
+        decode(2, "vw", n, is_v=True)
+    e(2, "if tile < last:")
+    for n in range(NCH):
+        decode(3, "kw", n, is_v=False)
+    e(2, "if vnan != U0:")
+    e(3, f"st1(sm, {NANV} + (tile & 1), F32_ONE)")
+    e(2, "cuda.syncthreads()                               # S3")
+
+    e(2, "# ---- C2: tree levels 3-5 and the (m, l) update ----")
+    e(2, f"e0, e1, e2, e3 = lds4(sm, {T2} + r * 8)")
+    e(2, f"e4, e5, e6, e7 = lds4(sm, {T2} + r * 8 + 4)")
+    e(2, "tsum = ((e0 + e4) + (e2 + e6)) + ((e1 + e5) + (e3 + e7))")
+    e(2, "alpha = F32_ONE")
+    e(2, "if tsum > F32_ZERO:")
+    e(3, "alpha = np.float32(math.exp(max(m_run - mnew, EXP_CLAMP)))")
+    e(3, "l_run = cuda.fma(l_run, alpha, tsum)")
+    e(3, "m_run = mnew")
+    e(2, "if kq == 0:")
+    e(3, f"st1(sm, {AS} + (tile & 1) * {RC} + r, alpha)")
+    e(3, f"st1(sm, {LF} + r, l_run)")
+
+    e(2, "# ---- D: PV into T ----")
+    e(2, "if prg < 2:")
+    if defer_o:
+        e(3, "if tile > first:")
+        e(4, f"_o_update(sm, {AS} + ((tile - 1) & 1) * {RC} + 8 * prg, o, t)")
+    e(3, "_zero32(t)")
+    e(3, f"vb = {UV} + 4 * pcg")
+    e(3, f"hb = {HS} + 8 * prg")
+    e(3, f"lb = {LS} + 8 * prg")
+    e(3, f"if key0 + {TILE_KEYS} <= min_len or ld1(sm, {NANV} + (tile & 1)) == F32_ZERO:")
+    e(4, "# every row sees every key, or V is finite (p = 0 then adds an exact 0):")
+    e(4, "# hi over keys 0..15, lo over 0..15, hi over 16..31, lo over 16..31")
+    e(4, "va = vb")
+    e(4, "ha = hb")
+    pv_loads(4, 0, "va", "ha")
+    e(4, "it = 0")
+    e(4, "while it < n8:                  # 8 x 8 keys: (half, hi / lo, 8 keys); operands one key ahead")
+    e(5, "nx = it + 1 if it + 1 < n8 else it")
+    e(5, f"nva = vb + (nx >> 2) * {16 * VRS} + (nx & 1) * {8 * VRS}")
+    e(5, f"nha = (lb if ((nx >> 1) & 1) != 0 else hb) + (nx >> 2) * {16 * HRS} + (nx & 1) * {8 * HRS}")
+    for jj in range(8):
+        if jj < 7:
+            pv_loads(5, (jj + 1) % 2, f"va + {(jj + 1) * VRS}", f"ha + {(jj + 1) * HRS}")
+        else:
+            pv_loads(5, 0, "nva", "nha")
+        for rr in range(8):
+            for cc in C4:
+                e(5, f"t[{4 * rr + cc}] = cuda.fma(h{jj % 2}_{rr}, v{jj % 2}_{cc}, t[{4 * rr + cc}])")
+    e(5, "va = nva")
+    e(5, "ha = nha")
+    e(5, "it += 1")
+    e(3, "else:")
+    e(4, "# a boundary tile with a NaN code in V: frozen's V = 0 for keys a row does not see")
+    e(4, f"sa = {SEEN} + 8 * prg")
+    e(4, "for half in range(2):")
+    e(5, "for jj in range(16):")
+    e(6, "j = 16 * half + jj")
+    e(6, f"_pv_masked(sm, vb + j * {VRS}, hb + j * {HRS}, sa, np.float32(j), t)")
+    e(5, "for jj in range(16):")
+    e(6, "j = 16 * half + jj")
+    e(6, f"_pv_masked(sm, vb + j * {VRS}, lb + j * {HRS}, sa, np.float32(j), t)")
+    e(2, "cuda.syncthreads()                               # S4")
+    if not defer_o:
+        e(2, "# ---- O = fma(O, alpha, T): this tile's alpha is visible from S4 on ----")
+        e(2, "if prg < 2:")
+        e(3, f"_o_update(sm, {AS} + (tile & 1) * {RC} + 8 * prg, o, t)")
+
+    e(1, "# ---- the split's record ----")
+    e(1, "if prg < 2:")
+    if defer_o:
+        e(2, f"_o_update(sm, {AS} + (last & 1) * {RC} + 8 * prg, o, t)")
+    for rr in range(8):
+        e(2, f"gr = rg * 16 + 8 * prg + {rr}")
+        e(2, "if gr < GQ:")
+        e(3, "g = gr // Q")
+        e(3, "tt = gr - g * Q")
+        e(3, "hh = hk * G + g")
+        e(3, f"f = v_scale if ld1(sm, {LF} + 8 * prg + {rr}) > F32_ZERO else F32_ZERO")
+        for cc in C4:
+            e(3, f"partial[b, s, tt, hh, 4 * pcg + {cc}] = o[{4 * rr + cc}] * f")
+    e(1, "if kq == 0 and gr_s < GQ:")
+    e(2, "g = gr_s // Q")
+    e(2, "tt = gr_s - g * Q")
+    e(2, "hh = hk * G + g")
+    e(2, "lse[b, s, tt, hh, 0] = m_run if l_run > F32_ZERO else NEG_INF")
+    e(2, "lse[b, s, tt, hh, 1] = l_run")
+    return "\n".join(out) + "\n"
+
+
+def _exec_source(src, filename, ns):
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    exec(compile(src, filename, "exec"), ns)
+
+
+_exec_source(_fn_source(), "<dflash2_numba.attention.tiled_compact device functions>", globals())
+
+
+def _make_split_kernel(D, VEC, **options):
+    """The split kernel's Python function (``options``: :func:`_source`'s schedule options)."""
+    ns = dict(globals())
+    tag = " ".join(f"{k}={v}" for k, v in sorted(options.items()))
+    _exec_source(_source(D, VEC, **options), f"<dflash2_numba.attention.tiled_compact split D={D} "
+                 f"{'vec' if VEC else 'bytes'} {tag}>", ns)
+    return ns["split_kernel"]
+
+
+_SMEM_BYTES = {D: 4 * _smem_layout(D)["TOTAL"] for D in (64, 128, 256)}
+_kernels = {}
+_pyfuncs = {}
+for _D in (64, 128, 256):
+    for _vec in (True, False):
+        _f = _make_split_kernel(_D, _vec)
+        _pyfuncs[_D, _vec] = _f
+        _kernels[_D, _vec] = cuda.jit(_f)
+
+
+def _split_name(D, vec):
+    return f"attention.tiled_compact.split.d{D}" + ("" if vec else ".bytes")
+
+
+def split_launch(plan, kernels=None):
+    """(name, kernel, grid, args) of the plan's split launch; ``kernels`` maps (D, vec) to
+    jitted split kernels (default: the registered ones; a measurement passes its own)."""
+    B, Q, Hq, D = plan.q_shape
+    Hkv = plan.k_cache.shape[2]
+    G = Hq // Hkv
+    kc = tiled._u32_view(plan.k_cache)
+    vc = tiled._u32_view(plan.v_cache) if kc is not None else None
+    vec = kc is not None and vc is not None
+    if not vec:
+        kc, vc = plan.k_cache, plan.v_cache
+    kern = DynShared((kernels or _kernels)[D, vec], _SMEM_BYTES[D])
+    groups = (G * Q + RC - 1) // RC
+    return (_split_name(D, vec), kern, (plan.splits, B * Hkv, groups),
+            (plan.q, kc, vc, plan.block_table, plan.seq_lens, plan.row_lengths, plan.use_rows,
+             plan.page_size, plan.splits, plan.qk_scale, plan.v_scale, plan.partial, plan.lse))
+
+
+def run(plan, stream) -> None:
+    B, Q, Hq, D = plan.q_shape
+    name, kern, grid, args = split_launch(plan)
+    launch(name, kern, grid, NT, stream, *args)
+    launch("attention.tiled_compact.combine", frozen.combine_kernel, (B, Q, Hq), frozen.THREADS,
+           stream, plan.seq_lens, plan.row_lengths, plan.use_rows, plan.splits,
+           plan.partial, plan.lse, plan.out)
+
+
+VARIANT = register(Variant(
+    name="tiled_compact",
+    family="attention",
+    description="tiled's split kernel with rolled score/PV loops (a third of the machine "
+                "code), per-chunk cache byte offsets advanced by one add per tile, "
+                "bank-conflict-free decode stores (remapped load lanes, padded V rows), one "
+                "NaN test per 16-byte chunk and a branch-free probability; frozen's combine",
+    contract="A (q8 verification attention), bit-identical to frozen",
+    kernels=tuple(
+        KernelSpec(_split_name(D, vec), _pyfuncs[D, vec],
+                   ((tiled._sig_vec if vec else tiled._sig_byte),))
+        for D in (256, 128, 64) for vec in (True, False)
+    ) + (KernelSpec("attention.tiled_compact.combine", frozen.combine_kernel.py_func,
+                    frozen._combine_sigs),),
+    run=run,
+    supports=tiled.supports,
+    bitwise_reference="frozen",
+))
