@@ -49,6 +49,11 @@ class KernelSpec:
     pyfunc: Callable
     signatures: Tuple[Tuple[Any, ...], ...]
     launch_bounds: Any = None       # as the variant's cuda.jit uses it (ptxas register cap)
+    # the compute capabilities the variant launches this kernel on, inclusive (a variant may
+    # pick a different schedule of the same arithmetic per target); the PTX report compiles
+    # a kernel only for a capability in this range
+    min_cc: Tuple[int, int] = (0, 0)
+    max_cc: Tuple[int, int] = (99, 99)
 
 
 @dataclass(frozen=True)

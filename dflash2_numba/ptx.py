@@ -116,6 +116,19 @@ def _sig_text(sig) -> str:
     return " ".join(parts)
 
 
+def kernels_not_for(cc, family: Optional[str] = None) -> List[str]:
+    """Names of the registered kernels no variant launches at compute capability ``cc``."""
+    import dflash2_numba  # noqa: F401  (registers every variant)
+    from dflash2_numba._registry import all_kernel_specs
+
+    return [spec.name for fam, _, spec in all_kernel_specs()
+            if (not family or fam == family) and not _launched_at(spec, cc)]
+
+
+def _launched_at(spec, cc) -> bool:
+    return tuple(getattr(spec, "min_cc", (0, 0))) <= tuple(cc) <= tuple(getattr(spec, "max_cc", (99, 99)))
+
+
 def build_reports(cc=(7, 0), family: Optional[str] = None) -> List[KernelReport]:
     import dflash2_numba  # noqa: F401  (registers every variant)
     from dflash2_numba._compat import compile_ptx_cc
@@ -124,7 +137,7 @@ def build_reports(cc=(7, 0), family: Optional[str] = None) -> List[KernelReport]
     ptxas = find_ptxas()
     reports = []
     for fam, vname, spec in all_kernel_specs():
-        if family and fam != family:
+        if (family and fam != family) or not _launched_at(spec, cc):
             continue
         for sig in spec.signatures:
             r = KernelReport(fam, vname, spec.name, _sig_text(sig))
@@ -171,6 +184,10 @@ def main(argv=None) -> int:
     reports = build_reports((major, minor), args.family)
     print(format_table(reports))
     bad = [r for r in reports if not r.ok]
+    others = kernels_not_for((major, minor), args.family)
+    if others:
+        print(f"\nnot launched at sm_{major}{minor} (another schedule of the same arithmetic is): "
+              + ", ".join(others))
     print(f"\n{len(reports)} kernel signatures at sm_{major}{minor}: {len(reports) - len(bad)} ok, {len(bad)} failing")
     if args.json:
         with open(args.json, "w") as f:

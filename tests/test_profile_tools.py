@@ -131,3 +131,29 @@ def test_phase_clock_summary_reads_only_the_pre_barrier_stamps():
     assert out["compute"]["phase2_wait"] == np.median([1200 - 900, 1200 - 800])  # chunk 0 only
     assert out["warp_phase1_busy"] == [np.median([300, 300]), np.median([400, 400]),
                                        np.median([200, 200])]
+
+
+def test_ncu_source_segments_split_at_barriers_and_sum_each_phase(tmp_path):
+    """The per-barrier summary of an ncu source-page CSV: segments end at BAR, samples,
+    executed counts, wavefronts and stall reasons are summed per segment."""
+    from bench import ncu_source_segments as N
+
+    head = ["Address", "Source", N.SAMPLES, N.EXECUTED, N.WAVEFRONTS, N.WAVEFRONTS_IDEAL,
+            "stall_short_sb", "stall_selected", "stall_short_sb (Not Issued)"]
+    body = [["0x0", "  LDS.128 R4, [R2]", "10", "100", "8", "4", "7", "3", "7"],
+            ["0x10", "  @P0 FFMA R1, R4, R5, R1", "6", "100", "0", "0", "1", "5", "1"],
+            ["0x20", "  BAR.SYNC.DEFER_BLOCKING 0x0", "4", "50", "0", "0", "0", "4", "0"],
+            ["0x30", "  FFMA R1, R4, R5, R1", "20", "400", "0", "0", "0", "20", "0"]]
+    path = tmp_path / "source.csv"
+    path.write_text("\n".join(",".join(f'"{c}"' for c in r)
+                              for r in [["Kernel Name", "k"], head] + body) + "\n")
+    header, rows = N.read_rows(path)
+    segs = N.segments(header, rows)
+    assert [s["n"] for s in segs] == [3, 1]
+    assert segs[0]["samples"] == 20 and segs[0]["executed"] == 250
+    assert segs[0]["wavefronts"] == 8 and segs[0]["wavefronts_ideal"] == 4
+    assert segs[0]["stalls"] == {"short_sb": 8, "selected": 12}
+    assert segs[0]["ops"] == {"LDS": 100, "FFMA": 100, "BAR": 50}
+    assert segs[1]["ops"] == {"FFMA": 400}
+    text = N.summary(segs)
+    assert "segment 0: 3 instructions" in text and "50.0% of samples" in text

@@ -151,3 +151,13 @@ def test_quick_screen_command_passes(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "failed" in proc.stdout and " 0 failed" in proc.stdout
     assert (tmp_path / "q.png").stat().st_size > 1000
+
+
+def test_commit_named_by_the_caller_wins(monkeypatch):
+    """A lent GPU machine runs a copy of the tree: DFLASH2_COMMIT names its commit."""
+    from dflash2_numba import screen
+
+    monkeypatch.setenv("DFLASH2_COMMIT", "abc1234")
+    assert screen._commit() == "abc1234"
+    monkeypatch.delenv("DFLASH2_COMMIT")
+    assert screen._commit() not in ("", "abc1234")

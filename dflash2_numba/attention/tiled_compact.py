@@ -35,6 +35,11 @@ What differs from ``tiled`` (the schedule and the memory layout only):
   * One NaN-code test per 16-byte chunk (the plain bit-move decode otherwise), and the
     probability computed without a branch (its exponential is formed for every key and
     replaced by 0 for a key the row does not see, which is the same value).
+
+Two schedules, one per target (same arithmetic, same bytes): from compute capability 8.0 on
+(the H200, and the simulator) O = fma(O, alpha, T) is deferred to the next tile's PV as in
+``tiled``; the sm_70 form (kernel names ending ``.sm70``) applies it right after the tile's
+last barrier, because ptxas spills the deferred form at D = 256 for sm_70.
 """
 from __future__ import annotations
 
@@ -123,9 +128,10 @@ def _source(D, VEC, defer_o=True):
     """Python source of the split kernel for head dim D; ``VEC``: 16-byte cache loads (else
     four 4-byte loads per chunk). Both share every other line. ``defer_o`` (a schedule
     option, same bits): apply O = fma(O, alpha, T) at the start of the next tile's PV, as
-    ``tiled`` does (the registered kernels); False applies it right after the tile's last
-    barrier, which frees T's 32 registers outside PV but measured 1.2 % slower on the H200
-    (``bench/profile_kernels.py attn-ab``, bench/RESULTS.md)."""
+    ``tiled`` does (the form launched from compute capability 8.0 on); False applies it right
+    after the tile's last barrier, which frees T's 32 registers outside PV (the sm_70 form:
+    no spill there) but measured 1.2 % slower on the H200 (``bench/profile_kernels.py
+    attn-ab``, bench/RESULTS.md)."""
     NSL = D // 16
     NPASS = (NSL + 7) // 8
     CPK = D // 16                    # 16-byte chunks per key row
@@ -481,22 +487,38 @@ def _make_split_kernel(D, VEC, **options):
 
 
 _SMEM_BYTES = {D: 4 * _smem_layout(D)["TOTAL"] for D in (64, 128, 256)}
+# Two schedules of the same arithmetic (``defer_o``), one per target: the deferred O update
+# (measured 1.2 % faster on the H200) for compute capability 8.0 and up; O updated after the
+# tile's last barrier for sm_70, where ptxas 12.9 spills the deferred form at D = 256 (255
+# registers, 8 B of spill stores and 76 B of loads) and not this one (254 registers).
+DEFER_O_MIN_CC = (8, 0)
 _kernels = {}
 _pyfuncs = {}
 for _D in (64, 128, 256):
     for _vec in (True, False):
-        _f = _make_split_kernel(_D, _vec)
-        _pyfuncs[_D, _vec] = _f
-        _kernels[_D, _vec] = cuda.jit(_f)
+        for _defer in (True, False):
+            _f = _make_split_kernel(_D, _vec, defer_o=_defer)
+            _pyfuncs[_D, _vec, _defer] = _f
+            _kernels[_D, _vec, _defer] = cuda.jit(_f)
 
 
-def _split_name(D, vec):
-    return f"attention.tiled_compact.split.d{D}" + ("" if vec else ".bytes")
+def _split_name(D, vec, defer_o=True):
+    return (f"attention.tiled_compact.split.d{D}" + ("" if vec else ".bytes")
+            + ("" if defer_o else ".sm70"))
 
 
-def split_launch(plan, kernels=None):
+def defer_o_here() -> bool:
+    """The schedule for the current device: deferred O from compute capability 8.0 on (and on
+    the simulator, which runs the H200's form)."""
+    if SIMULATOR:
+        return True
+    return tuple(cuda.get_current_device().compute_capability) >= DEFER_O_MIN_CC
+
+
+def split_launch(plan, kernels=None, defer_o=None):
     """(name, kernel, grid, args) of the plan's split launch; ``kernels`` maps (D, vec) to
-    jitted split kernels (default: the registered ones; a measurement passes its own)."""
+    jitted split kernels (default: the registered ones of the schedule ``defer_o``, itself by
+    default the current device's; a measurement passes its own)."""
     B, Q, Hq, D = plan.q_shape
     Hkv = plan.k_cache.shape[2]
     G = Hq // Hkv
@@ -505,9 +527,11 @@ def split_launch(plan, kernels=None):
     vec = kc is not None and vc is not None
     if not vec:
         kc, vc = plan.k_cache, plan.v_cache
-    kern = DynShared((kernels or _kernels)[D, vec], _SMEM_BYTES[D])
+    defer = defer_o_here() if defer_o is None else bool(defer_o)
+    kern = kernels[D, vec] if kernels is not None else _kernels[D, vec, defer]
     groups = (G * Q + RC - 1) // RC
-    return (_split_name(D, vec), kern, (plan.splits, B * Hkv, groups),
+    return (_split_name(D, vec, defer), DynShared(kern, _SMEM_BYTES[D]),
+            (plan.splits, B * Hkv, groups),
             (plan.q, kc, vc, plan.block_table, plan.seq_lens, plan.row_lengths, plan.use_rows,
              plan.page_size, plan.splits, plan.qk_scale, plan.v_scale, plan.partial, plan.lse))
 
@@ -530,9 +554,11 @@ VARIANT = register(Variant(
                 "NaN test per 16-byte chunk and a branch-free probability; frozen's combine",
     contract="A (q8 verification attention), bit-identical to frozen",
     kernels=tuple(
-        KernelSpec(_split_name(D, vec), _pyfuncs[D, vec],
-                   ((tiled._sig_vec if vec else tiled._sig_byte),))
-        for D in (256, 128, 64) for vec in (True, False)
+        KernelSpec(_split_name(D, vec, defer), _pyfuncs[D, vec, defer],
+                   ((tiled._sig_vec if vec else tiled._sig_byte),),
+                   min_cc=DEFER_O_MIN_CC if defer else (0, 0),
+                   max_cc=(99, 99) if defer else (DEFER_O_MIN_CC[0] - 1, 99))
+        for defer in (True, False) for D in (256, 128, 64) for vec in (True, False)
     ) + (KernelSpec("attention.tiled_compact.combine", frozen.combine_kernel.py_func,
                     frozen._combine_sigs),),
     run=run,

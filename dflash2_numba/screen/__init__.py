@@ -133,14 +133,19 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _commit() -> str:
+    """The commit the screened tree came from: ``DFLASH2_COMMIT`` first (a lent GPU machine
+    runs a copy of the tree, possibly inside some other checkout whose HEAD says nothing
+    about it), else git's HEAD, else "unknown"."""
+    named = os.environ.get("DFLASH2_COMMIT")
+    if named:
+        return named
     try:
         here = os.path.dirname(os.path.abspath(__file__))
         found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
                                text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         found = ""
-    # a copy of the tree without .git (e.g. a lent GPU machine): the caller names it
-    return found or os.environ.get("DFLASH2_COMMIT", "unknown")
+    return found or "unknown"
 
 
 class _progress:

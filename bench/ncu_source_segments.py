@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Where a kernel's stall samples go, phase by phase: reads the per-instruction CSV of an
+Nsight Compute report's source page and sums it over the stretches of SASS between block
+barriers (``BAR``), which in this project's kernels are the phases of a tile or chunk step.
+
+Per segment: instructions in it, instructions executed (warp level), share of all warp
+stall samples, shared-memory wavefronts against the ideal (bank conflicts), the largest
+stall reasons (as shares of the segment's samples) and the commonest executed opcodes.
+
+    ncu --set full --import-source no -k regex:split_kernel -c 1 -o rep python3 ...
+    ncu -i rep.ncu-rep --page source --csv --print-source sass > source.csv
+    python3 bench/ncu_source_segments.py source.csv [--min-share 0.5] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import json
+import sys
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
+WAVEFRONTS = "L1 Wavefronts Shared"
+WAVEFRONTS_IDEAL = "L1 Wavefronts Shared Ideal"
+
+
+def _num(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _opcode(source):
+    words = source.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else ""
+
+
+def read_rows(path):
+    """(header, rows) of the source-page CSV; the first line names the kernel."""
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    start = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
+    return rows[start], rows[start + 1:]
+
+
+def segments(header, rows):
+    """One dict per stretch of instructions ending at (and including) a BAR instruction."""
+    ix = {h: i for i, h in enumerate(header)}
+    stall_cols = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
+    out, cur = [], None
+    for r in rows:
+        if cur is None:
+            cur = dict(first=r[ix["Address"]], n=0, executed=0.0, samples=0.0, wavefronts=0.0,
+                       wavefronts_ideal=0.0, stalls=collections.Counter(), ops=collections.Counter())
+        op = _opcode(r[ix["Source"]])
+        ex = _num(r[ix[EXECUTED]])
+        cur["n"] += 1
+        cur["executed"] += ex
+        cur["samples"] += _num(r[ix[SAMPLES]])
+        cur["wavefronts"] += _num(r[ix[WAVEFRONTS]]) if WAVEFRONTS in ix else 0.0
+        cur["wavefronts_ideal"] += _num(r[ix[WAVEFRONTS_IDEAL]]) if WAVEFRONTS_IDEAL in ix else 0.0
+        for c in stall_cols:
+            cur["stalls"][c[len("stall_"):]] += _num(r[ix[c]])
+        cur["ops"][op] += ex
+        if op == "BAR":
+            cur["last"] = r[ix["Address"]]
+            out.append(cur)
+            cur = None
+    if cur is not None:
+        out.append(cur)
+    return out
+
+
+def summary(segs, min_share=0.5, top=6):
+    total = sum(s["samples"] for s in segs) or 1.0
+    lines = [f"total stall samples {total:.0f}"]
+    overall = collections.Counter()
+    for s in segs:
+        overall.update(s["stalls"])
+    for i, s in enumerate(segs):
+        share = 100.0 * s["samples"] / total
+        if share < min_share:
+            continue
+        samp = s["samples"] or 1.0
+        ex = s["executed"] or 1.0
+        st = ", ".join(f"{k} {100 * v / samp:.0f}%" for k, v in s["stalls"].most_common(top))
+        ops = ", ".join(f"{k} {100 * v / ex:.0f}%" for k, v in s["ops"].most_common(top))
+        lines.append(f"segment {i}: {s['n']} instructions, {s['executed']:.3g} executed, "
+                     f"{share:.1f}% of samples, shared wavefronts {s['wavefronts']:.3g} "
+                     f"(ideal {s['wavefronts_ideal']:.3g})")
+        lines.append(f"    stalls: {st}")
+        lines.append(f"    opcodes: {ops}")
+    lines.append("overall stalls: " + ", ".join(f"{k} {100 * v / total:.1f}%"
+                                                for k, v in overall.most_common(12)))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("csv", help="ncu --page source --csv --print-source sass output")
+    ap.add_argument("--min-share", type=float, default=0.5,
+                    help="print segments with at least this percentage of the samples")
+    ap.add_argument("--json", default=None, help="write the segments here")
+    args = ap.parse_args(argv)
+    header, rows = read_rows(args.csv)
+    segs = segments(header, rows)
+    print(summary(segs, args.min_share))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump([dict(s, stalls=dict(s["stalls"]), ops=dict(s["ops"])) for s in segs],
+                      fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""``tiled_compact``'s layout claims, checked without a GPU: the load role covers every
+(key, 16-byte column) of a tile once; its decode stores and the softmax stores hit distinct
+shared-memory banks; the plain decode equals the patched one on words with no NaN code; its
+schedule option ``defer_o`` keeps the bytes (simulator)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dflash2_numba as d2
+from dflash2_numba.attention import tiled_compact as TC
+from dflash2_numba.contract import TILE_KEYS
+from tests.attention_helpers import case
+
+BANKS = 32
+
+
+def _host(x):
+    return x.copy_to_host() if hasattr(x, "copy_to_host") else np.array(x)
+
+
+def _roles(D):
+    lc_bits, lk_bits = TC.load_role_bits(D)
+    tid = np.arange(TC.NT)
+    lc = sum(((tid >> b) & 1) << i for i, b in enumerate(lc_bits))
+    lk0 = sum(((tid >> b) & 1) << i for i, b in enumerate(lk_bits))
+    return lc, lk0
+
+
+def _source_roles(D):
+    """(lc, lk0) evaluated from the generated kernel source's own expressions."""
+    src = TC._source(D, True)
+    exprs = {}
+    for line in src.splitlines():
+        s = line.strip()
+        for name in ("lc", "lk0"):
+            if s.startswith(f"{name} = "):
+                exprs[name] = s.split("=", 1)[1].split("#")[0]
+    tid = np.arange(TC.NT)
+    return eval(exprs["lc"], {"tid": tid}), eval(exprs["lk0"], {"tid": tid})
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_load_role_covers_each_chunk_of_a_tile_once(D):
+    lc, lk0 = _roles(D)
+    slc, slk0 = _source_roles(D)
+    assert np.array_equal(lc, slc) and np.array_equal(lk0, slk0)
+    cpk, kstep, nch = D // 16, TC.NT // (D // 16), (TILE_KEYS * D // 16) // TC.NT
+    assert lc.max() == cpk - 1 and lk0.max() == kstep - 1
+    chunks = {(int(k) + kstep * n, int(c)) for k, c in zip(lk0, lc) for n in range(nch)}
+    assert chunks == {(key, c) for key in range(TILE_KEYS) for c in range(cpk)}
+
+
+def test_production_decode_and_softmax_stores_are_bank_conflict_free():
+    D = 256
+    L = TC._smem_layout(D)
+    lc, lk0 = _roles(D)
+    nch = D // 64
+    for w in range(TC.NT // 32):
+        lanes = slice(32 * w, 32 * w + 32)
+        for n in range(nch):
+            key = lk0[lanes] + (TC.NT // (D // 16)) * n
+            # K: one 4-byte store per lane -> 32 distinct banks
+            for m in range(16):
+                addr = L["KS"] + lc[lanes] * L["KS_SL"] + m * TILE_KEYS + key
+                assert len(set(addr % BANKS)) == BANKS
+            # V: 16-byte stores, served 8 lanes at a time -> 8 distinct 4-bank groups
+            for m in range(4):
+                addr = L["UV"] + key * L["VRS"] + 16 * lc[lanes] + 4 * m
+                for phase in range(4):
+                    groups = (addr[8 * phase:8 * phase + 8] % BANKS) // 4
+                    assert len(set(groups)) == 8
+    tid = np.arange(TC.NT)
+    r, kq = tid >> 3, tid & 7
+    for w in range(TC.NT // 32):
+        lanes = slice(32 * w, 32 * w + 32)
+        for m in range(4):
+            for base in (L["HS"], L["LS"]):
+                addr = base + (kq[lanes] + 8 * m) * TC.HRS + r[lanes]
+                assert len(set(addr % BANKS)) == BANKS
+            addr = L["XS"] + r[lanes] * TC.XRS + kq[lanes] + 8 * m
+            assert len(set(addr % BANKS)) == BANKS
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_shared_layout_fits_two_ctas_on_an_h200(D):
+    nbytes = TC._SMEM_BYTES[D]
+    assert nbytes == 4 * TC._smem_layout(D)["TOTAL"]
+    assert 2 * (nbytes + 1024) <= 228 * 1024
+
+
+def test_plain_decode_ir_matches_the_patched_decode_without_nan_codes():
+    from numba import njit
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    from dflash2_numba.attention._tiled_ops import decode_ir, e4m3x4_plain_py, plain_decode_ir
+
+    def make(build):
+        @intrinsic
+        def dec(typingctx, w):
+            sig = types.UniTuple(types.float32, 4)(w)
+
+            def codegen(context, builder, sig, args):
+                return context.make_tuple(builder, sig.return_type, build(builder, args[0]))
+            return sig, codegen
+
+        @njit
+        def run(ws, out):
+            for i in range(ws.shape[0]):
+                a, b, c, e = dec(ws[i])
+                out[i, 0] = a
+                out[i, 1] = b
+                out[i, 2] = c
+                out[i, 3] = e
+        return run
+
+    rng = np.random.default_rng(1)
+    raw = rng.integers(0, 256, (6000, 4), dtype=np.uint8)
+    raw[(raw & 0x7F) == 0x7F] = 0x3C
+    raw[:256, 0] = np.arange(256, dtype=np.uint8)
+    raw[:256][(raw[:256, 0] & 0x7F) == 0x7F, 0] = 0x00
+    ws = raw.view(np.uint32).reshape(-1)
+    got_plain = np.zeros((ws.size, 4), np.float32)
+    got_patched = np.zeros((ws.size, 4), np.float32)
+    make(plain_decode_ir)(ws, got_plain)
+    make(decode_ir)(ws, got_patched)
+    sim = np.array([e4m3x4_plain_py(w) for w in ws], np.float32)
+    assert got_plain.view(np.uint32).tobytes() == got_patched.view(np.uint32).tobytes()
+    assert sim.view(np.uint32).tobytes() == got_patched.view(np.uint32).tobytes()
+
+
+def test_sm70_schedule_keeps_the_bytes_and_routes():
+    """The sm_70 form of the split kernel (O updated right after the tile's last barrier,
+    ``defer_o=False``) writes the same partial and lse bytes as the form the H200 and the
+    simulator launch (the deferred O update)."""
+    rng = np.random.default_rng(41)
+    c = case(rng, B=1, Q=2, Hq=2, Hkv=1, D=64, page_size=8, seq_lens=[200], strided=False)
+    ws = d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, splits=2)
+    ws.fill_sentinel()
+    d2.route_counters(reset=True)
+    d2.verify_attention(**c, splits=2, variant="tiled_compact", workspace=ws)
+    assert d2.route_counters() == {"attention.tiled_compact.split.d64": 1,
+                                   "attention.tiled_compact.combine": 1}
+    ref = (_host(ws.partial), _host(ws.lse))
+    assert np.all(ref[1][0, :, :, :, 1] > 0)           # A = 2: both splits wrote every row
+    plan = d2.plan_attention(c["q"], c["k_cache"], c["v_cache"], c["block_table"], c["seq_lens"],
+                             scale=c["scale"], k_scale=c["k_scale"], v_scale=c["v_scale"],
+                             splits=2, variant="tiled_compact", workspace=ws)
+    ws.fill_sentinel()
+    name, dyn, grid, args = TC.split_launch(plan, defer_o=False)
+    assert name == "attention.tiled_compact.split.d64.sm70"
+    dyn[grid, TC.NT, 0](*args)
+    assert _host(ws.partial).tobytes() == ref[0].tobytes()
+    assert _host(ws.lse).tobytes() == ref[1].tobytes()
+    assert ws.guards_intact()
+
+
+def test_each_target_compiles_one_schedule():
+    from dflash2_numba.ptx import kernels_not_for
+
+    at70 = set(kernels_not_for((7, 0), "attention"))
+    at90 = set(kernels_not_for((9, 0), "attention"))
+    names = {k.name for k in TC.VARIANT.kernels if ".split." in k.name}
+    assert at70 == {n for n in names if not n.endswith(".sm70")}
+    assert at90 == {n for n in names if n.endswith(".sm70")}
+    assert len(names) == 12
