@@ -4,7 +4,10 @@
 #   stages: tests (gpu-marked pytest), sanitize, screen, bench-attention, bench-gdn,
 #           phase-clock (chunked_ws / chunked_wsr state passes, cycles per phase; CLOCK_VARIANTS),
 #           copy-ceiling (L2 -> SM copy rate),
-#           ncu-gdn (Nsight Compute report of one call's two kernels; NCU_VARIANT, default chunked_wsr)
+#           ncu-gdn (Nsight Compute report of one call's two kernels; NCU_VARIANT, default chunked_wsr),
+#           ncu-attn (per-instruction Nsight Compute report of one attention split launch at 261888,
+#                     summed per phase by bench/ncu_source_segments.py; NCU_ATTN_VARIANT,
+#                     default tiled_compact)
 set -u
 out=${1:?usage: run_all_gpu.sh OUTDIR STAGE...}
 shift
@@ -52,6 +55,16 @@ for stage in "$@"; do
           > "$out/ncu_gdn_${NCU_VARIANT:-chunked_wsr}.txt" 2>&1; rc=$?
       grep -E "^  [a-z_]+.*\(|Duration|Issue Active|Warp Cycles Per Issued|Stall (Barrier|Long|Short|Wait)" \
           "$out/ncu_gdn_${NCU_VARIANT:-chunked_wsr}.txt" | head -n 24 ;;
+    ncu-attn)
+      v=${NCU_ATTN_VARIANT:-tiled_compact}
+      ncu --clock-control none --set full --import-source no -k regex:split_kernel -c 1 \
+          -o "$out/ncu_attn_$v" python3 bench/profile_kernels.py attn-once --attn-variant "$v" \
+          --reps 1 --inner 1 --out "$out" > "$out/ncu_attn_$v.log" 2>&1; rc=$?
+      ncu -i "$out/ncu_attn_$v.ncu-rep" --page source --csv --print-source sass \
+          > "$out/ncu_attn_${v}_source.csv" || rc=1
+      ncu -i "$out/ncu_attn_$v.ncu-rep" --page details > "$out/ncu_attn_${v}_details.txt" || rc=1
+      python3 bench/ncu_source_segments.py "$out/ncu_attn_${v}_source.csv" \
+          | tee "$out/ncu_attn_${v}_segments.txt" || rc=1 ;;
     *) echo "unknown stage $stage"; rc=2 ;;
   esac
   echo "== stage $stage: exit $rc in $(( $(date +%s) - start )) s"
