@@ -91,6 +91,13 @@ class Layer:
         self.q, self.kc, self.vc, self.bt, self.ws = q, kc, vc, bt, ws
         self.n_pages = n_pages
         self.seq_lens = {}
+        self.bt_host = to_host(bt).copy()     # what the block table must still hold later
+
+
+def changed_block_tables(layers):
+    """Indices of the layers whose device block table no longer holds its original pages
+    (the kernels only read it: a change means something wrote where it must not)."""
+    return [L.idx for L in layers if not np.array_equal(to_host(L.bt), L.bt_host)]
 
 
 def make_layers(cfg, torch, rng, max_ctx):
@@ -451,6 +458,11 @@ def main(argv=None) -> int:
                         labels[f"{v}/eager"] = (v, "variant", "eager", reps)
                     _recover_torch(torch)
 
+        bad = changed_block_tables(layers)
+        if bad:
+            notes.append(f"context {T}: block tables of layers {bad} changed after the variants' "
+                         "launches and graph captures")
+            C.log("  " + notes[-1])
         # ---- peers
         pc = None
         if torch is not None and not args.no_peers and not budget.exceeded():
@@ -531,6 +543,12 @@ def main(argv=None) -> int:
                     overhead.append({"context": T, "variant": v, "eager_ms_all": e["ms_all"],
                                      "graph_ms_all": gr["ms_all"], "overhead_ms_all": d,
                                      "overhead_us_per_launch": d * 1e3 / (2 * cfg["layers"])})
+
+            bad = changed_block_tables(layers)
+            if bad:
+                notes.append(f"context {T}: block tables of layers {bad} changed during the "
+                             "timed trials")
+                C.log("  " + notes[-1])
 
         # ---- accuracy vs the FP64 oracle (layer 0)
         if T == acc_ctx:

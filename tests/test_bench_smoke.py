@@ -61,6 +61,22 @@ def test_attention_smoke(tmp_path):
     assert "error" not in acc, acc
     assert acc["rel_l2_fp32"] < 1e-5 and acc["rel_l2_fp16"] < 1e-3
     assert "context" in proc.stdout              # the table is printed
+    assert not [n for n in data["notes"] if "block tables" in n], data["notes"]
+
+
+def test_attention_bench_notices_a_changed_block_table():
+    """The benchmark's integrity check: a layer whose block table changed on the device."""
+    sys.path.insert(0, str(REPO))
+    import numpy as np
+    from numba import cuda
+
+    from bench.attention import Layer, changed_block_tables
+
+    layers = [Layer(i, None, None, None, cuda.to_device(np.arange(4, dtype=np.int32)[None, :] + i),
+                    None, 4) for i in range(3)]
+    assert changed_block_tables(layers) == []
+    layers[1].bt[0, 2] = 99
+    assert changed_block_tables(layers) == [1]
 
 
 def test_gdn_smoke(tmp_path):
