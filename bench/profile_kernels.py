@@ -280,8 +280,9 @@ def _attn_plan(variant):
 
 def mode_attn_ab(args):
     """``tiled_compact``'s split kernel built with each ``--attn-options`` entry (schedule
-    options of its generator, same bits): partial and lse compared byte for byte with the
-    registered kernel's after sentinel fill, then CUDA-event medians in interleaved rounds."""
+    options of its generator, same bits: ``defer_o``, ``score_steps``, ``pv_keys``): partial
+    and lse compared byte for byte with the registered kernel's after sentinel fill, then
+    CUDA-event medians in interleaved rounds."""
     from dflash2_numba.attention import tiled_compact as TC
 
     plan, ws, ctx = _attn_plan("tiled_compact")
@@ -294,7 +295,7 @@ def mode_attn_ab(args):
         opts = {}
         for kv in [x for x in entry.split(",") if x]:
             k, v = kv.split("=")
-            opts[k] = bool(int(v))
+            opts[k] = bool(int(v)) if k == "defer_o" else int(v)
         kern = cuda.jit(TC._make_split_kernel(256, True, **opts))
         name, dyn, grid, kargs = TC.split_launch(plan, {(256, True): kern})
         go = (lambda dyn=dyn, grid=grid, kargs=kargs: dyn[grid, TC.NT, 0](*kargs))
@@ -327,7 +328,9 @@ def main(argv=None):
     ap.add_argument("--gdn-variant", default="chunked_split", help="gdn-once: the variant")
     ap.add_argument("--attn-variant", default="tiled")
     ap.add_argument("--attn-options", default="defer_o=1;defer_o=0",
-                    help="attn-ab: ';'-separated tiled_compact generator options, k=0/1 each")
+                    help="attn-ab: ';'-separated tiled_compact generator option sets, e.g. "
+                         "'defer_o=1;defer_o=1,score_steps=16;pv_keys=16' (defer_o 0/1, "
+                         "score_steps and pv_keys 4/8/16)")
     ap.add_argument("--rounds", type=int, default=5, help="attn-ab: interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--inner", type=int, default=3)

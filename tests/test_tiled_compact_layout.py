@@ -165,3 +165,29 @@ def test_each_target_compiles_one_schedule():
     assert at70 == {n for n in names if not n.endswith(".sm70")}
     assert at90 == {n for n in names if n.endswith(".sm70")}
     assert len(names) == 12
+
+
+@pytest.mark.parametrize("score_steps, pv_keys", [(4, 16), (16, 4)])
+def test_loop_step_options_keep_the_bytes(score_steps, pv_keys):
+    """The measurement options of the generator (K16 steps per score iteration, keys per PV
+    iteration) change the loop shape only: same partial and lse bytes."""
+    from dflash2_numba._compat import cuda
+
+    rng = np.random.default_rng(43)
+    c = case(rng, B=1, Q=2, Hq=2, Hkv=1, D=64, page_size=8, seq_lens=[200], strided=False)
+    ws = d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, splits=2)
+    plan = d2.plan_attention(c["q"], c["k_cache"], c["v_cache"], c["block_table"], c["seq_lens"],
+                             scale=c["scale"], k_scale=c["k_scale"], v_scale=c["v_scale"],
+                             splits=2, variant="tiled_compact", workspace=ws)
+    ws.fill_sentinel()
+    plan.launch()
+    ref = (_host(ws.partial), _host(ws.lse))
+    vec = TC.tiled._u32_view(plan.k_cache) is not None
+    kern = cuda.jit(TC._make_split_kernel(64, vec, score_steps=score_steps, pv_keys=pv_keys))
+    ws.fill_sentinel()
+    _, dyn, grid, args = TC.split_launch(plan, {(64, vec): kern})
+    dyn[grid, TC.NT, 0](*args)
+    assert _host(ws.partial).tobytes() == ref[0].tobytes()
+    assert _host(ws.lse).tobytes() == ref[1].tobytes()
+    with pytest.raises(ValueError):
+        TC._source(64, True, score_steps=6)

@@ -124,14 +124,19 @@ def _fn_source():
     return "\n".join(out) + "\n"
 
 
-def _source(D, VEC, defer_o=True):
+def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
     """Python source of the split kernel for head dim D; ``VEC``: 16-byte cache loads (else
     four 4-byte loads per chunk). Both share every other line. ``defer_o`` (a schedule
     option, same bits): apply O = fma(O, alpha, T) at the start of the next tile's PV, as
     ``tiled`` does (the form launched from compute capability 8.0 on); False applies it right
     after the tile's last barrier, which frees T's 32 registers outside PV (the sm_70 form:
     no spill there) but measured 1.2 % slower on the H200 (``bench/profile_kernels.py
-    attn-ab``, bench/RESULTS.md)."""
+    attn-ab``, bench/RESULTS.md). ``score_steps`` / ``pv_keys``: K16 steps per score-loop
+    iteration and keys per PV-loop iteration (4, 8 or 16; the registered kernels use 8 and 8),
+    for measurements; the order of every accumulation is the same for all of them."""
+    if score_steps not in (4, 8, 16) or pv_keys not in (4, 8, 16):
+        raise ValueError("score_steps and pv_keys: 4, 8 or 16 (an even divisor of 16)")
+    SS, PK = score_steps, pv_keys
     NSL = D // 16
     NPASS = (NSL + 7) // 8
     CPK = D // 16                    # 16-byte chunks per key row
@@ -222,8 +227,8 @@ def _source(D, VEC, defer_o=True):
         "last = first + split_tile_count(T, A, s) - 1",
         "sm = cuda.shared.array(0, _SMEM_DT, SHARED_ALIGN)",
         "zr = W >> 40                  # 0 at run time, unknown to the compiler: loop trip counts",
-        "n2 = 2 + zr                   # that it cannot unroll",
-        "n8 = 8 + zr",
+        f"ns = {16 // SS} + zr                   # that it cannot unroll",
+        f"npv = {64 // PK} + zr",
         "lane = tid & 31", "warp = tid >> 5",
         "kg = (lane & 1) | (((lane >> 2) & 3) << 1)     # score role: keys 4kg..4kg+3",
         "srg = (lane >> 1) & 1                           # rows 8srg..8srg+7",
@@ -318,11 +323,11 @@ def _source(D, VEC, defer_o=True):
     e(4, f"ka = {KS} + sl * {KS_SL} + 4 * kg")
     score_loads(4, 0, "qa", "ka")
     e(4, "it = 0")
-    e(4, "while it < n2:                           # 2 x 8 K16 steps; operands one step ahead")
-    e(5, f"nqa = qa + {8 * RC} if it + 1 < n2 else qa")
-    e(5, f"nka = ka + {8 * TILE_KEYS} if it + 1 < n2 else ka")
-    for ii in range(8):
-        if ii < 7:
+    e(4, f"while it < ns:                           # {16 // SS} x {SS} K16 steps; operands one step ahead")
+    e(5, f"nqa = qa + {SS * RC} if it + 1 < ns else qa")
+    e(5, f"nka = ka + {SS * TILE_KEYS} if it + 1 < ns else ka")
+    for ii in range(SS):
+        if ii < SS - 1:
             score_loads(5, (ii + 1) % 2, f"qa + {(ii + 1) * RC}", f"ka + {(ii + 1) * TILE_KEYS}")
         else:
             score_loads(5, 0, "nqa", "nka")
@@ -415,13 +420,17 @@ def _source(D, VEC, defer_o=True):
     e(4, "va = vb")
     e(4, "ha = hb")
     pv_loads(4, 0, "va", "ha")
+    G = 16 // PK                       # iterations per (half, hi / lo) pass
+    lg = G.bit_length() - 1
     e(4, "it = 0")
-    e(4, "while it < n8:                  # 8 x 8 keys: (half, hi / lo, 8 keys); operands one key ahead")
-    e(5, "nx = it + 1 if it + 1 < n8 else it")
-    e(5, f"nva = vb + (nx >> 2) * {16 * VRS} + (nx & 1) * {8 * VRS}")
-    e(5, f"nha = (lb if ((nx >> 1) & 1) != 0 else hb) + (nx >> 2) * {16 * HRS} + (nx & 1) * {8 * HRS}")
-    for jj in range(8):
-        if jj < 7:
+    e(4, f"while it < npv:                 # {4 * G} x {PK} keys: (half, hi / lo, {PK} keys); operands one key ahead")
+    e(5, "nx = it + 1 if it + 1 < npv else it")
+    g_v = f" + (nx & {G - 1}) * {PK * VRS}" if G > 1 else ""
+    g_h = f" + (nx & {G - 1}) * {PK * HRS}" if G > 1 else ""
+    e(5, f"nva = vb + (nx >> {lg + 1}) * {16 * VRS}{g_v}")
+    e(5, f"nha = (lb if ((nx >> {lg}) & 1) != 0 else hb) + (nx >> {lg + 1}) * {16 * HRS}{g_h}")
+    for jj in range(PK):
+        if jj < PK - 1:
             pv_loads(5, (jj + 1) % 2, f"va + {(jj + 1) * VRS}", f"ha + {(jj + 1) * HRS}")
         else:
             pv_loads(5, 0, "nva", "nha")
