@@ -126,7 +126,7 @@ def kernels_not_for(cc, family: Optional[str] = None) -> List[str]:
 
 
 def _launched_at(spec, cc) -> bool:
-    return tuple(getattr(spec, "min_cc", (0, 0))) <= tuple(cc) <= tuple(getattr(spec, "max_cc", (99, 99)))
+    return tuple(spec.min_cc) <= tuple(cc) <= tuple(spec.max_cc)
 
 
 def build_reports(cc=(7, 0), family: Optional[str] = None) -> List[KernelReport]:

@@ -17,6 +17,35 @@ def run(d2, c, **kw):
     return d2.verify_attention(**args)
 
 
+def decode_on_cpu(build_ir, words):
+    """Run a decode IR builder (``_tiled_ops.decode_ir`` or ``plain_decode_ir``: i32 word ->
+    four float32) through numba's CPU target over ``words``; returns float32 [n, 4]."""
+    from numba import njit
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def dec(typingctx, w):
+        sig = types.UniTuple(types.float32, 4)(w)
+
+        def codegen(context, builder, sig, args):
+            return context.make_tuple(builder, sig.return_type, build_ir(builder, args[0]))
+        return sig, codegen
+
+    @njit
+    def run(ws, out):
+        for i in range(ws.shape[0]):
+            a, b, c, e = dec(ws[i])
+            out[i, 0] = a
+            out[i, 1] = b
+            out[i, 2] = c
+            out[i, 3] = e
+
+    out = np.zeros((len(words), 4), np.float32)
+    run(np.asarray(words, np.uint32), out)
+    return out
+
+
 def ulp16(x):
     """Spacing of float16 at |x| (subnormal spacing near 0)."""
     a = np.abs(np.asarray(x, dtype=np.float64)).astype(np.float16)

@@ -12,7 +12,7 @@ import pytest
 
 import dflash2_numba as d2
 from dflash2_numba.contract import active_splits
-from tests.attention_helpers import case
+from tests.attention_helpers import case, decode_on_cpu
 
 FAST_VARIANTS = ["tiled", "tiled_compact"]
 
@@ -111,35 +111,13 @@ def test_u32_view_only_when_16_byte_loads_are_legal():
 def test_e4m3_bit_decode_ir_matches_the_table():
     """The GPU decode's LLVM IR (run through numba's CPU target) and its simulator rendering
     give the decode table's values times 2^-120, bit for bit, NaN codes included."""
-    from numba import njit
-    from numba.core import types
-    from numba.core.extending import intrinsic
-
     from dflash2_numba.attention._tiled_ops import decode_ir, e4m3x4_py
     from dflash2_numba.e4m3 import DECODE_TABLE
-
-    @intrinsic
-    def dec(typingctx, w):
-        sig = types.UniTuple(types.float32, 4)(w)
-
-        def codegen(context, builder, sig, args):
-            return context.make_tuple(builder, sig.return_type, decode_ir(builder, args[0]))
-        return sig, codegen
-
-    @njit
-    def run(ws, out):
-        for i in range(ws.shape[0]):
-            a, b, c, e = dec(ws[i])
-            out[i, 0] = a
-            out[i, 1] = b
-            out[i, 2] = c
-            out[i, 3] = e
 
     rng = np.random.default_rng(0)
     ws = np.concatenate([np.arange(256, dtype=np.uint32) * np.uint32(0x01010101),
                          rng.integers(0, 2 ** 32, 4000, dtype=np.uint64).astype(np.uint32)])
-    got = np.zeros((ws.size, 4), np.float32)
-    run(ws, got)
+    got = decode_on_cpu(decode_ir, ws)
     sim = np.array([e4m3x4_py(w) for w in ws], np.float32)
     tab = (DECODE_TABLE.astype(np.float64) * 2.0 ** -120).astype(np.float32)
     nan = np.isnan(DECODE_TABLE)

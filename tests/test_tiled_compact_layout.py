@@ -10,7 +10,7 @@ import pytest
 import dflash2_numba as d2
 from dflash2_numba.attention import tiled_compact as TC
 from dflash2_numba.contract import TILE_KEYS
-from tests.attention_helpers import case
+from tests.attention_helpers import case, decode_on_cpu
 
 BANKS = 32
 
@@ -90,30 +90,7 @@ def test_shared_layout_fits_two_ctas_on_an_h200(D):
 
 
 def test_plain_decode_ir_matches_the_patched_decode_without_nan_codes():
-    from numba import njit
-    from numba.core import types
-    from numba.core.extending import intrinsic
-
     from dflash2_numba.attention._tiled_ops import decode_ir, e4m3x4_plain_py, plain_decode_ir
-
-    def make(build):
-        @intrinsic
-        def dec(typingctx, w):
-            sig = types.UniTuple(types.float32, 4)(w)
-
-            def codegen(context, builder, sig, args):
-                return context.make_tuple(builder, sig.return_type, build(builder, args[0]))
-            return sig, codegen
-
-        @njit
-        def run(ws, out):
-            for i in range(ws.shape[0]):
-                a, b, c, e = dec(ws[i])
-                out[i, 0] = a
-                out[i, 1] = b
-                out[i, 2] = c
-                out[i, 3] = e
-        return run
 
     rng = np.random.default_rng(1)
     raw = rng.integers(0, 256, (6000, 4), dtype=np.uint8)
@@ -121,10 +98,8 @@ def test_plain_decode_ir_matches_the_patched_decode_without_nan_codes():
     raw[:256, 0] = np.arange(256, dtype=np.uint8)
     raw[:256][(raw[:256, 0] & 0x7F) == 0x7F, 0] = 0x00
     ws = raw.view(np.uint32).reshape(-1)
-    got_plain = np.zeros((ws.size, 4), np.float32)
-    got_patched = np.zeros((ws.size, 4), np.float32)
-    make(plain_decode_ir)(ws, got_plain)
-    make(decode_ir)(ws, got_patched)
+    got_plain = decode_on_cpu(plain_decode_ir, ws)
+    got_patched = decode_on_cpu(decode_ir, ws)
     sim = np.array([e4m3x4_plain_py(w) for w in ws], np.float32)
     assert got_plain.view(np.uint32).tobytes() == got_patched.view(np.uint32).tobytes()
     assert sim.view(np.uint32).tobytes() == got_patched.view(np.uint32).tobytes()

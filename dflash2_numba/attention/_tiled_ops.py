@@ -42,10 +42,16 @@ def _c(v):
     return ir.Constant(_I32, v)
 
 
+def nan_flag_ir(builder, w):
+    """IR for :func:`nan_bytes`: bit 7 of each byte of the i32 ``w`` set where that byte is
+    an E4M3 NaN code (0x7F / 0xFF), all else 0."""
+    return builder.and_(builder.add(builder.and_(w, _c(0x7F7F7F7F)), _c(0x01010101)),
+                        _c(0x80808080 - (1 << 32)))
+
+
 def decode_ir(builder, w):
     """IR for :func:`e4m3x4` on the i32 value ``w``; returns four float IR values."""
-    nanflag = builder.and_(builder.add(builder.and_(w, _c(0x7F7F7F7F)), _c(0x01010101)),
-                           _c(0x80808080 - (1 << 32)))
+    nanflag = nan_flag_ir(builder, w)
     parts = []
     for k in range(4):
         t = builder.shl(w, _c(24 - 8 * k)) if k < 3 else w      # byte k in bits 24..31
@@ -172,6 +178,21 @@ else:
     def _intp(context, builder, val, ty):
         return context.cast(builder, val, ty, ntypes.intp)
 
+    def _load4(context, builder, p, elty, rettype):
+        """One 16-byte load of four ``elty`` values at ``p`` (16-byte aligned), as a tuple."""
+        vt = ir.VectorType(elty, 4)
+        v = builder.load(builder.bitcast(p, vt.as_pointer(p.type.addrspace)), align=16)
+        return context.make_tuple(builder, rettype, [builder.extract_element(v, _c(k)) for k in range(4)])
+
+    def _word_of_bytes(builder, p):
+        """The four bytes at ``p`` as one little-endian i32 (four byte loads)."""
+        w = None
+        for k in range(4):
+            b = builder.zext(builder.load(builder.gep(p, [ir.Constant(ir.IntType(64), k)])), _I32)
+            b = builder.shl(b, _c(8 * k)) if k else b
+            w = b if w is None else builder.or_(w, b)
+        return w
+
     def _f32_1d(a, i):
         return (isinstance(a, ntypes.Array) and a.ndim == 1 and a.dtype == ntypes.float32
                 and isinstance(i, ntypes.Integer))
@@ -212,10 +233,7 @@ else:
         def codegen(context, builder, sig, args):
             p = _ptr(context, builder, sig.args[0], args[0],
                      [_intp(context, builder, args[1], sig.args[1])])
-            vt = ir.VectorType(ir.FloatType(), 4)
-            v = builder.load(builder.bitcast(p, vt.as_pointer(p.type.addrspace)), align=16)
-            vals = [builder.extract_element(v, _c(k)) for k in range(4)]
-            return context.make_tuple(builder, sig.return_type, vals)
+            return _load4(context, builder, p, ir.FloatType(), sig.return_type)
 
         return sig, codegen
 
@@ -247,10 +265,7 @@ else:
         def codegen(context, builder, sig, args):
             inds = [_intp(context, builder, args[1 + k], sig.args[1 + k]) for k in range(4)]
             p = _ptr(context, builder, sig.args[0], args[0], inds)
-            vt = ir.VectorType(_I32, 4)
-            v = builder.load(builder.bitcast(p, vt.as_pointer(p.type.addrspace)), align=16)
-            vals = [builder.extract_element(v, _c(k)) for k in range(4)]
-            return context.make_tuple(builder, sig.return_type, vals)
+            return _load4(context, builder, p, _I32, sig.return_type)
 
         return sig, codegen
 
@@ -262,13 +277,7 @@ else:
 
         def codegen(context, builder, sig, args):
             inds = [_intp(context, builder, args[1 + k], sig.args[1 + k]) for k in range(4)]
-            p = _ptr(context, builder, sig.args[0], args[0], inds)
-            w = None
-            for k in range(4):
-                b = builder.zext(builder.load(builder.gep(p, [ir.Constant(ir.IntType(64), k)])), _I32)
-                b = builder.shl(b, _c(8 * k)) if k else b
-                w = b if w is None else builder.or_(w, b)
-            return w
+            return _word_of_bytes(builder, _ptr(context, builder, sig.args[0], args[0], inds))
 
         return sig, codegen
 
@@ -279,22 +288,25 @@ else:
         sig = signature(ntypes.uint32, w)
 
         def codegen(context, builder, sig, args):
-            w = args[0]
-            return builder.and_(builder.add(builder.and_(w, _c(0x7F7F7F7F)), _c(0x01010101)),
-                                _c(0x80808080 - (1 << 32)))
+            return nan_flag_ir(builder, args[0])
 
         return sig, codegen
 
-    @intrinsic
-    def e4m3x4(typingctx, w):
-        if not (isinstance(w, ntypes.Integer) and w.bitwidth == 32):
-            return None
-        sig = signature(ntypes.UniTuple(ntypes.float32, 4), w)
+    def _decode_intrinsic(build_ir):
+        """An intrinsic (u32 word) -> four float32 whose IR ``build_ir`` writes."""
+        @intrinsic
+        def dec(typingctx, w):
+            if not (isinstance(w, ntypes.Integer) and w.bitwidth == 32):
+                return None
+            sig = signature(ntypes.UniTuple(ntypes.float32, 4), w)
 
-        def codegen(context, builder, sig, args):
-            return context.make_tuple(builder, sig.return_type, decode_ir(builder, args[0]))
+            def codegen(context, builder, sig, args):
+                return context.make_tuple(builder, sig.return_type, build_ir(builder, args[0]))
 
-        return sig, codegen
+            return sig, codegen
+        return dec
+
+    e4m3x4 = _decode_intrinsic(decode_ir)
 
     def _data_i8(context, builder, aryty, ary_val, off, offty):
         ary = context.make_array(aryty)(context, builder, ary_val)
@@ -311,10 +323,7 @@ else:
 
         def codegen(context, builder, sig, args):
             p = _data_i8(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-            vt = ir.VectorType(_I32, 4)
-            v = builder.load(builder.bitcast(p, vt.as_pointer(p.type.addrspace)), align=16)
-            vals = [builder.extract_element(v, _c(k)) for k in range(4)]
-            return context.make_tuple(builder, sig.return_type, vals)
+            return _load4(context, builder, p, _I32, sig.return_type)
 
         return sig, codegen
 
@@ -326,23 +335,9 @@ else:
         sig = signature(ntypes.uint32, a, off)
 
         def codegen(context, builder, sig, args):
-            p = _data_i8(context, builder, sig.args[0], args[0], args[1], sig.args[1])
-            w = None
-            for k in range(4):
-                b = builder.zext(builder.load(builder.gep(p, [ir.Constant(ir.IntType(64), k)])), _I32)
-                b = builder.shl(b, _c(8 * k)) if k else b
-                w = b if w is None else builder.or_(w, b)
-            return w
+            return _word_of_bytes(builder, _data_i8(context, builder, sig.args[0], args[0],
+                                                    args[1], sig.args[1]))
 
         return sig, codegen
 
-    @intrinsic
-    def e4m3x4_plain(typingctx, w):
-        if not (isinstance(w, ntypes.Integer) and w.bitwidth == 32):
-            return None
-        sig = signature(ntypes.UniTuple(ntypes.float32, 4), w)
-
-        def codegen(context, builder, sig, args):
-            return context.make_tuple(builder, sig.return_type, plain_decode_ir(builder, args[0]))
-
-        return sig, codegen
+    e4m3x4_plain = _decode_intrinsic(plain_decode_ir)

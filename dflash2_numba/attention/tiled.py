@@ -37,7 +37,6 @@ What changes (the schedule only; all parallelism is across independent scalars):
 """
 from __future__ import annotations
 
-import linecache
 import math
 
 import numpy as np
@@ -50,9 +49,8 @@ from ..contract import EXP_CLAMP, MAX_GROUP, MAX_Q, NEG_INF, RESIDUAL_SCALE, TIL
 from . import frozen
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count
 from ._tiled_ops import SHARED_ALIGN, e4m3x4, ld1, ldb4, ldg4, lds4, nan_bytes, st1, sts4
-
-NT = 128                 # threads per CTA
-RC = 16                  # query rows per CTA
+from ._tiled_source import (NT, RC, Source, emit_head, emit_kahan, emit_q_and_lengths, emit_record,
+                            emit_tile_max, emit_tree_update, exec_source)
 F32_ZERO = np.float32(0.0)
 F32_ONE = np.float32(1.0)
 Q_SCALE = np.float32(2.0 ** 112)     # q * 2^112 against K * 2^-120: every u is u * 2^-8
@@ -190,10 +188,8 @@ def _source(D, prefetch=True):
     HS, LS, XS, T2, AS, LF = L["HS"], L["LS"], L["XS"], L["T2"], L["AS"], L["LF"]
     SEEN, NANV = L["SEEN"], L["NANV"]
     R8, C4 = range(8), range(4)
-    out = []
-
-    def e(ind, text):
-        out.append("    " * ind + text)
+    src = Source()
+    e = src.e
 
     def chunk_page(ind, n, jexpr):
         e(ind, f"page{n} = -1")
@@ -217,26 +213,7 @@ def _source(D, prefetch=True):
             for k in C4:
                 e(ind, f"st1(sm, {base} + {k * TILE_KEYS}, a{k})")
 
-    e(0, "def split_kernel(q, k_cache, v_cache, block_table, seq_lens, row_lengths, use_rows,")
-    e(0, "                 page_size, splits, qk_scale, v_scale, partial, lse):")
-    for line in [
-        "s = cuda.blockIdx.x", "bh = cuda.blockIdx.y", "rg = cuda.blockIdx.z", "tid = cuda.threadIdx.x",
-        "Q = q.shape[1]", "Hq = q.shape[2]", "num_pages = k_cache.shape[0]", "Hkv = k_cache.shape[2]",
-        "W = block_table.shape[1]", "G = Hq // Hkv", "GQ = G * Q", "b = bh // Hkv", "hk = bh - b * Hkv",
-        "T = request_keys(seq_lens, row_lengths, use_rows, b, Q)",
-        "A = active_split_count(T, splits)",
-        "if s >= A:", "    return",
-        "first = split_first_tile(T, A, s)",
-        "last = first + split_tile_count(T, A, s) - 1",
-        "sm = cuda.shared.array(0, _SMEM_DT, SHARED_ALIGN)",
-        "lane = tid & 31", "warp = tid >> 5",
-        "kg = (lane & 1) | (((lane >> 2) & 3) << 1)     # score role: keys 4kg..4kg+3",
-        "srg = (lane >> 1) & 1                           # rows 8srg..8srg+7",
-        "sb = lane >> 4                                  # slice parity",
-        "r = tid >> 3                                    # softmax role: row r,",
-        "kq = tid & 7                                    # keys kq + 8m",
-        f"prg = tid // {CGN}                            # PV role: rows 8prg..8prg+7,",
-        f"pcg = tid - prg * {CGN}                       # columns 4pcg..4pcg+3",
+    emit_head(e, D, after_roles=[
         f"lk0 = tid // {CPK}                            # load role: keys lk0 + {KSTEP}n,",
         f"lc = tid - lk0 * {CPK}                        # 16-byte column lc",
         "kw = cuda.local.array(16, np.uint32)",
@@ -245,34 +222,8 @@ def _source(D, prefetch=True):
         "o = cuda.local.array(32, np.float32)",
         "t = cuda.local.array(32, np.float32)",
         "vr = cuda.local.array(64, np.float32)",
-    ]:
-        e(1, line)
-    e(1, "# ---- q * 2^112 into shared memory (rows past G*Q: zeros) ----")
-    e(1, f"for idx in range(tid, {RC * D}, {NT}):")
-    e(2, f"rr = idx // {D}")
-    e(2, f"i = idx - rr * {D}")
-    e(2, "gr = rg * 16 + rr")
-    e(2, "val = F32_ZERO")
-    e(2, "if gr < GQ:")
-    e(3, "g = gr // Q")
-    e(3, "val = np.float32(q[b, gr - g * Q, hk * G + g, i]) * Q_SCALE")
-    e(2, f"st1(sm, {QS} + (i >> 4) * {QS_SL} + (i & 15) * {RC} + rr, val)")
-    e(1, "gr_s = rg * 16 + r")
-    e(1, "my_len = 0")
-    e(1, "if gr_s < GQ:")
-    e(2, "g_s = gr_s // Q")
-    e(2, "my_len = row_length(seq_lens, row_lengths, use_rows, b, gr_s - g_s * Q, Q)")
-    e(1, "min_len = 1 << 62                               # shortest valid row of the CTA")
-    e(1, "for rr in range(16):")
-    e(2, "gr = rg * 16 + rr")
-    e(2, "if gr < GQ:")
-    e(3, "g = gr // Q")
-    e(3, "min_len = min(min_len, row_length(seq_lens, row_lengths, use_rows, b, gr - g * Q, Q))")
-    e(1, "if tid == 0:")
-    e(2, f"st1(sm, {NANV}, F32_ZERO)")
-    e(2, f"st1(sm, {NANV} + 1, F32_ZERO)")
-    e(1, "m_run = NEG_INF")
-    e(1, "l_run = F32_ZERO")
+    ])
+    emit_q_and_lengths(e, D, L)
     e(1, "# ---- the first tile: chunk pages, K loads and decode ----")
     for n in range(NCH):
         e(1, f"j = first * {TILE_KEYS} + lk0 + {KSTEP * n}")
@@ -320,33 +271,9 @@ def _source(D, prefetch=True):
     e(4, f"_store_u(sm, {UV} + sl * {U_SL} + 16 * srg + 4 * kg + 8 * srg * {U_RS}, u)")
     e(2, "cuda.syncthreads()                               # S1")
 
-    e(2, "# ---- B: Kahan across the slices in ascending order, scale, visibility ----")
-    e(2, f"ubr = {UV} + r * {U_RS} + 16 * (r >> 3) + kq")
-    for m in C4:
-        e(2, f"s{m} = F32_ZERO")
-        e(2, f"c{m} = F32_ZERO")
-    e(2, f"for sl in range({NSL}):")
-    e(3, f"ua = ubr + sl * {U_SL}")
-    for m in C4:
-        e(3, f"y{m} = ld1(sm, ua + {8 * m}) - c{m}")
-        e(3, f"w{m} = s{m} + y{m}")
-        e(3, f"c{m} = (w{m} - s{m}) - y{m}")
-        e(3, f"s{m} = w{m}")
-    for m in C4:
-        e(2, f"x{m} = NEG_INF")
-        e(2, f"if key0 + kq + {8 * m} < my_len:")
-        e(3, f"x{m} = (s{m} * U_UNSCALE) * qk_scale")
-        e(2, f"st1(sm, {XS} + r * 36 + kq + {8 * m}, x{m})")
-    e(2, "cuda.syncthreads()                               # S2")
+    emit_kahan(e, D, L, U_RS, 36)
 
-    e(2, "# ---- C1: tile max (frozen's sequential order), p, hi/lo, tree levels 1-2 ----")
-    e(2, f"xb = {XS} + r * 36")
-    e(2, "z0, z1, z2, z3 = lds4(sm, xb)")
-    e(2, "tmax = max(max(max(z0, z1), z2), z3)")
-    for c4 in range(1, 8):
-        e(2, f"z0, z1, z2, z3 = lds4(sm, xb + {4 * c4})")
-        e(2, "tmax = max(max(max(max(tmax, z0), z1), z2), z3)")
-    e(2, "mnew = max(m_run, tmax)")
+    emit_tile_max(e, L, 36)
     for m in C4:
         e(2, f"p{m} = F32_ZERO")
         e(2, f"if key0 + kq + {8 * m} < my_len:")
@@ -406,18 +333,7 @@ def _source(D, prefetch=True):
     e(3, f"st1(sm, {NANV} + (tile & 1), F32_ONE)")
     e(2, "cuda.syncthreads()                               # S3")
 
-    e(2, "# ---- C2: tree levels 3-5 and the (m, l) update ----")
-    e(2, f"e0, e1, e2, e3 = lds4(sm, {T2} + r * 8)")
-    e(2, f"e4, e5, e6, e7 = lds4(sm, {T2} + r * 8 + 4)")
-    e(2, "tsum = ((e0 + e4) + (e2 + e6)) + ((e1 + e5) + (e3 + e7))")
-    e(2, "alpha = F32_ONE")
-    e(2, "if tsum > F32_ZERO:")
-    e(3, "alpha = np.float32(math.exp(max(m_run - mnew, EXP_CLAMP)))")
-    e(3, "l_run = cuda.fma(l_run, alpha, tsum)")
-    e(3, "m_run = mnew")
-    e(2, "if kq == 0:")
-    e(3, f"st1(sm, {AS} + (tile & 1) * {RC} + r, alpha)")
-    e(3, f"st1(sm, {LF} + r, l_run)")
+    emit_tree_update(e, L)
 
     e(2, "# ---- D: PV; first the previous tile's O = fma(O, alpha, T) ----")
     e(2, "if prg < 2:")
@@ -452,41 +368,19 @@ def _source(D, prefetch=True):
     e(6, f"_pv_masked(sm, vbo + j * {D}, lb + j * {RC}, sa, np.float32(j), t)")
     e(2, "cuda.syncthreads()                               # S4")
 
-    e(1, "# ---- the last O update and the split's record ----")
-    e(1, "if prg < 2:")
-    e(2, f"_o_update(sm, {AS} + (last & 1) * {RC} + 8 * prg, o, t)")
-    for rr in R8:
-        e(2, f"gr = rg * 16 + 8 * prg + {rr}")
-        e(2, "if gr < GQ:")
-        e(3, "g = gr // Q")
-        e(3, "tt = gr - g * Q")
-        e(3, "hh = hk * G + g")
-        e(3, f"f = v_scale if ld1(sm, {LF} + 8 * prg + {rr}) > F32_ZERO else F32_ZERO")
-        for cc in C4:
-            e(3, f"partial[b, s, tt, hh, 4 * pcg + {cc}] = o[{4 * rr + cc}] * f")
-    e(1, "if kq == 0 and gr_s < GQ:")
-    e(2, "g = gr_s // Q")
-    e(2, "tt = gr_s - g * Q")
-    e(2, "hh = hk * G + g")
-    e(2, "lse[b, s, tt, hh, 0] = m_run if l_run > F32_ZERO else NEG_INF")
-    e(2, "lse[b, s, tt, hh, 1] = l_run")
-    return "\n".join(out) + "\n"
+    emit_record(e, L, last_o_update=True)
+    return src.text()
 
 
-_FN_FILE = "<dflash2_numba.attention.tiled device functions>"
-_fn_src = _fn_source()
-linecache.cache[_FN_FILE] = (len(_fn_src), None, _fn_src.splitlines(True), _FN_FILE)
-exec(compile(_fn_src, _FN_FILE, "exec"), globals())
+exec_source(_fn_source(), "<dflash2_numba.attention.tiled device functions>", globals())
 
 
 def _make_split_kernel(D, VEC):
-    src = _source(D, prefetch=VEC)
-    filename = f"<dflash2_numba.attention.tiled split D={D} {'vec' if VEC else 'bytes'}>"
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     ns = dict(globals())
     ns["load_chunk"] = _load_chunk_vec if VEC else _load_chunk_bytes
     ns["load_word"] = _load_word_bytes
-    exec(compile(src, filename, "exec"), ns)
+    exec_source(_source(D, prefetch=VEC),
+                f"<dflash2_numba.attention.tiled split D={D} {'vec' if VEC else 'bytes'}>", ns)
     return ns["split_kernel"]
 
 

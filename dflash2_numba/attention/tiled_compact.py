@@ -44,7 +44,6 @@ last barrier, because ptxas spills the deferred form at D = 256 for sm_70.
 """
 from __future__ import annotations
 
-import linecache
 import math  # noqa: F401  (the generated source calls math.exp)
 
 import numpy as np
@@ -57,12 +56,13 @@ from . import frozen, tiled
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count  # noqa: F401
 from ._tiled_ops import (SHARED_ALIGN, e4m3x4, e4m3x4_plain, ld1, ldb4_at, ldg4_at,  # noqa: F401
                          lds4, nan_bytes, st1, sts4)
-from .tiled import (F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, NT, Q_SCALE, RC, U0, U_RS,  # noqa: F401
-                    U_UNSCALE, _devfn, _o_update, _store_u, _zero32)
+from ._tiled_source import (NT, RC, Source, emit_fma_tile, emit_head, emit_kahan, emit_q_and_lengths,
+                            emit_record, emit_tile_max, emit_tree_update, exec_source)
+from .tiled import (_SMEM_DT, F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, Q_SCALE, U0, U_RS,  # noqa: F401
+                    U_UNSCALE, _o_update, _pv_masked, _store_u, _zero32)
 
 HRS = 20                 # hi / lo: key stride (16 rows + 4): conflict-free stores
 XRS = 40                 # x: row stride (32 keys + 8): conflict-free stores
-_SMEM_DT = np.dtype(np.float32) if SIMULATOR else np.float32
 
 
 def _smem_layout(D):
@@ -105,26 +105,6 @@ def _bits_expr(bits):
     return " + ".join(f"(((tid >> {b}) & 1) << {i})" for i, b in enumerate(bits))
 
 
-def _fn_source():
-    out = []
-
-    def e(ind, text):
-        out.append("    " * ind + text)
-
-    e(0, "@_devfn")
-    e(0, "def _pv_masked(sm, va, ha, sa, jf, t):")
-    e(1, "# frozen's boundary tiles: a key the row does not see contributes V = 0")
-    e(1, "v0, v1, v2, v3 = lds4(sm, va)")
-    e(1, "h0, h1, h2, h3 = lds4(sm, ha)")
-    e(1, "h4, h5, h6, h7 = lds4(sm, ha + 4)")
-    e(1, "s0, s1, s2, s3 = lds4(sm, sa)")
-    e(1, "s4, s5, s6, s7 = lds4(sm, sa + 4)")
-    for rr in range(8):
-        for cc in range(4):
-            e(1, f"t[{4 * rr + cc}] = cuda.fma(h{rr}, v{cc} if jf < s{rr} else F32_ZERO, t[{4 * rr + cc}])")
-    return "\n".join(out) + "\n"
-
-
 def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
     """Python source of the split kernel for head dim D; ``VEC``: 16-byte cache loads (else
     four 4-byte loads per chunk). Both share every other line. ``defer_o`` (a schedule
@@ -151,10 +131,8 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
     SEEN, NANV = L["SEEN"], L["NANV"]
     lc_bits, lk_bits = load_role_bits(D)
     C4 = range(4)
-    out = []
-
-    def e(ind, text):
-        out.append("    " * ind + text)
+    src = Source()
+    e = src.e
 
     def score_loads(ind, st, qa, ka):
         """Operand set ``st`` of one K16 step: q for 8 rows, K for 4 keys."""
@@ -215,29 +193,11 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
                     e(ind, f"st1(sm, {KS} + lc * {KS_SL} + {(4 * m + k) * TILE_KEYS} + lk0 + {KSTEP * n}, "
                            f"a{4 * m + k})")
 
-    e(0, "def split_kernel(q, k_cache, v_cache, block_table, seq_lens, row_lengths, use_rows,")
-    e(0, "                 page_size, splits, qk_scale, v_scale, partial, lse):")
-    for line in [
-        "s = cuda.blockIdx.x", "bh = cuda.blockIdx.y", "rg = cuda.blockIdx.z", "tid = cuda.threadIdx.x",
-        "Q = q.shape[1]", "Hq = q.shape[2]", "num_pages = k_cache.shape[0]", "Hkv = k_cache.shape[2]",
-        "W = block_table.shape[1]", "G = Hq // Hkv", "GQ = G * Q", "b = bh // Hkv", "hk = bh - b * Hkv",
-        "T = request_keys(seq_lens, row_lengths, use_rows, b, Q)",
-        "A = active_split_count(T, splits)",
-        "if s >= A:", "    return",
-        "first = split_first_tile(T, A, s)",
-        "last = first + split_tile_count(T, A, s) - 1",
-        "sm = cuda.shared.array(0, _SMEM_DT, SHARED_ALIGN)",
+    emit_head(e, D, after_smem=[
         "zr = W >> 40                  # 0 at run time, unknown to the compiler: loop trip counts",
         f"ns = {16 // SS} + zr                   # that it cannot unroll",
         f"npv = {64 // PK} + zr",
-        "lane = tid & 31", "warp = tid >> 5",
-        "kg = (lane & 1) | (((lane >> 2) & 3) << 1)     # score role: keys 4kg..4kg+3",
-        "srg = (lane >> 1) & 1                           # rows 8srg..8srg+7",
-        "sb = lane >> 4                                  # slice parity",
-        "r = tid >> 3                                    # softmax role: row r,",
-        "kq = tid & 7                                    # keys kq + 8m",
-        f"prg = tid // {CGN}                            # PV role: rows 8prg..8prg+7,",
-        f"pcg = tid - prg * {CGN}                       # columns 4pcg..4pcg+3",
+    ], after_roles=[
         f"lc = {_bits_expr(lc_bits)}     # load role: 16-byte column lc",
         f"lk0 = {_bits_expr(lk_bits)}    # of keys lk0 + {KSTEP}n",
         "ks0 = k_cache.strides[0]", "ks1 = k_cache.strides[1]",
@@ -251,34 +211,8 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
         "u = cuda.local.array(32, np.float32)",
         "o = cuda.local.array(32, np.float32)",
         "t = cuda.local.array(32, np.float32)",
-    ]:
-        e(1, line)
-    e(1, "# ---- q * 2^112 into shared memory (rows past G*Q: zeros) ----")
-    e(1, f"for idx in range(tid, {RC * D}, {NT}):")
-    e(2, f"rr = idx // {D}")
-    e(2, f"i = idx - rr * {D}")
-    e(2, "gr = rg * 16 + rr")
-    e(2, "val = F32_ZERO")
-    e(2, "if gr < GQ:")
-    e(3, "g = gr // Q")
-    e(3, "val = np.float32(q[b, gr - g * Q, hk * G + g, i]) * Q_SCALE")
-    e(2, f"st1(sm, {QS} + (i >> 4) * {QS_SL} + (i & 15) * {RC} + rr, val)")
-    e(1, "gr_s = rg * 16 + r")
-    e(1, "my_len = 0")
-    e(1, "if gr_s < GQ:")
-    e(2, "g_s = gr_s // Q")
-    e(2, "my_len = row_length(seq_lens, row_lengths, use_rows, b, gr_s - g_s * Q, Q)")
-    e(1, "min_len = 1 << 62                               # shortest valid row of the CTA")
-    e(1, "for rr in range(16):")
-    e(2, "gr = rg * 16 + rr")
-    e(2, "if gr < GQ:")
-    e(3, "g = gr // Q")
-    e(3, "min_len = min(min_len, row_length(seq_lens, row_lengths, use_rows, b, gr - g * Q, Q))")
-    e(1, "if tid == 0:")
-    e(2, f"st1(sm, {NANV}, F32_ZERO)")
-    e(2, f"st1(sm, {NANV} + 1, F32_ZERO)")
-    e(1, "m_run = NEG_INF")
-    e(1, "l_run = F32_ZERO")
+    ])
+    emit_q_and_lengths(e, D, L)
     e(1, "# ---- the first tile: each chunk's page, cache offsets, K loads and decode ----")
     e(1, f"j0 = first * {TILE_KEYS} + lk0")
     e(1, "slot0 = j0 - (j0 // page_size) * page_size       # chunk 0's slot in its page")
@@ -332,43 +266,16 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
             score_loads(5, (ii + 1) % 2, f"qa + {(ii + 1) * RC}", f"ka + {(ii + 1) * TILE_KEYS}")
         else:
             score_loads(5, 0, "nqa", "nka")
-        for rr in range(8):
-            for cc in C4:
-                e(5, f"u[{4 * rr + cc}] = cuda.fma(q{ii % 2}_{rr}, k{ii % 2}_{cc}, u[{4 * rr + cc}])")
+        emit_fma_tile(e, 5, "u", f"q{ii % 2}_", f"k{ii % 2}_")
     e(5, "qa = nqa")
     e(5, "ka = nka")
     e(5, "it += 1")
     e(4, f"_store_u(sm, {UV} + sl * {U_SL} + 16 * srg + 4 * kg + 8 * srg * U_RS, u)")
     e(2, "cuda.syncthreads()                               # S1")
 
-    e(2, "# ---- B: Kahan across the slices in ascending order, scale, visibility ----")
-    e(2, f"ubr = {UV} + r * U_RS + 16 * (r >> 3) + kq")
-    for m in C4:
-        e(2, f"s{m} = F32_ZERO")
-        e(2, f"c{m} = F32_ZERO")
-    e(2, f"for sl in range({NSL}):")
-    e(3, f"ua = ubr + sl * {U_SL}")
-    for m in C4:
-        e(3, f"y{m} = ld1(sm, ua + {8 * m}) - c{m}")
-        e(3, f"w{m} = s{m} + y{m}")
-        e(3, f"c{m} = (w{m} - s{m}) - y{m}")
-        e(3, f"s{m} = w{m}")
-    for m in C4:
-        e(2, f"vis{m} = key0 + kq + {8 * m} < my_len")
-        e(2, f"x{m} = NEG_INF")
-        e(2, f"if vis{m}:")
-        e(3, f"x{m} = (s{m} * U_UNSCALE) * qk_scale")
-        e(2, f"st1(sm, {XS} + r * {XRS} + kq + {8 * m}, x{m})")
-    e(2, "cuda.syncthreads()                               # S2")
+    emit_kahan(e, D, L, "U_RS", XRS, vis_names=True)
 
-    e(2, "# ---- C1: tile max (frozen's sequential order), p, hi/lo, tree levels 1-2 ----")
-    e(2, f"xb = {XS} + r * {XRS}")
-    e(2, "z0, z1, z2, z3 = lds4(sm, xb)")
-    e(2, "tmax = max(max(max(z0, z1), z2), z3)")
-    for c4 in range(1, 8):
-        e(2, f"z0, z1, z2, z3 = lds4(sm, xb + {4 * c4})")
-        e(2, "tmax = max(max(max(max(tmax, z0), z1), z2), z3)")
-    e(2, "mnew = max(m_run, tmax)")
+    emit_tile_max(e, L, XRS)
     for m in C4:
         e(2, f"ex{m} = np.float32(math.exp(max(x{m} - mnew, EXP_CLAMP)))")
         e(2, f"p{m} = ex{m} if vis{m} else F32_ZERO")
@@ -393,18 +300,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
     e(3, f"st1(sm, {NANV} + (tile & 1), F32_ONE)")
     e(2, "cuda.syncthreads()                               # S3")
 
-    e(2, "# ---- C2: tree levels 3-5 and the (m, l) update ----")
-    e(2, f"e0, e1, e2, e3 = lds4(sm, {T2} + r * 8)")
-    e(2, f"e4, e5, e6, e7 = lds4(sm, {T2} + r * 8 + 4)")
-    e(2, "tsum = ((e0 + e4) + (e2 + e6)) + ((e1 + e5) + (e3 + e7))")
-    e(2, "alpha = F32_ONE")
-    e(2, "if tsum > F32_ZERO:")
-    e(3, "alpha = np.float32(math.exp(max(m_run - mnew, EXP_CLAMP)))")
-    e(3, "l_run = cuda.fma(l_run, alpha, tsum)")
-    e(3, "m_run = mnew")
-    e(2, "if kq == 0:")
-    e(3, f"st1(sm, {AS} + (tile & 1) * {RC} + r, alpha)")
-    e(3, f"st1(sm, {LF} + r, l_run)")
+    emit_tree_update(e, L)
 
     e(2, "# ---- D: PV into T ----")
     e(2, "if prg < 2:")
@@ -435,9 +331,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
             pv_loads(5, (jj + 1) % 2, f"va + {(jj + 1) * VRS}", f"ha + {(jj + 1) * HRS}")
         else:
             pv_loads(5, 0, "nva", "nha")
-        for rr in range(8):
-            for cc in C4:
-                e(5, f"t[{4 * rr + cc}] = cuda.fma(h{jj % 2}_{rr}, v{jj % 2}_{cc}, t[{4 * rr + cc}])")
+        emit_fma_tile(e, 5, "t", f"h{jj % 2}_", f"v{jj % 2}_")
     e(5, "va = nva")
     e(5, "ha = nha")
     e(5, "it += 1")
@@ -457,41 +351,15 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
         e(2, "if prg < 2:")
         e(3, f"_o_update(sm, {AS} + (tile & 1) * {RC} + 8 * prg, o, t)")
 
-    e(1, "# ---- the split's record ----")
-    e(1, "if prg < 2:")
-    if defer_o:
-        e(2, f"_o_update(sm, {AS} + (last & 1) * {RC} + 8 * prg, o, t)")
-    for rr in range(8):
-        e(2, f"gr = rg * 16 + 8 * prg + {rr}")
-        e(2, "if gr < GQ:")
-        e(3, "g = gr // Q")
-        e(3, "tt = gr - g * Q")
-        e(3, "hh = hk * G + g")
-        e(3, f"f = v_scale if ld1(sm, {LF} + 8 * prg + {rr}) > F32_ZERO else F32_ZERO")
-        for cc in C4:
-            e(3, f"partial[b, s, tt, hh, 4 * pcg + {cc}] = o[{4 * rr + cc}] * f")
-    e(1, "if kq == 0 and gr_s < GQ:")
-    e(2, "g = gr_s // Q")
-    e(2, "tt = gr_s - g * Q")
-    e(2, "hh = hk * G + g")
-    e(2, "lse[b, s, tt, hh, 0] = m_run if l_run > F32_ZERO else NEG_INF")
-    e(2, "lse[b, s, tt, hh, 1] = l_run")
-    return "\n".join(out) + "\n"
-
-
-def _exec_source(src, filename, ns):
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    exec(compile(src, filename, "exec"), ns)
-
-
-_exec_source(_fn_source(), "<dflash2_numba.attention.tiled_compact device functions>", globals())
+    emit_record(e, L, last_o_update=defer_o)
+    return src.text()
 
 
 def _make_split_kernel(D, VEC, **options):
     """The split kernel's Python function (``options``: :func:`_source`'s schedule options)."""
     ns = dict(globals())
     tag = " ".join(f"{k}={v}" for k, v in sorted(options.items()))
-    _exec_source(_source(D, VEC, **options), f"<dflash2_numba.attention.tiled_compact split D={D} "
+    exec_source(_source(D, VEC, **options), f"<dflash2_numba.attention.tiled_compact split D={D} "
                  f"{'vec' if VEC else 'bytes'} {tag}>", ns)
     return ns["split_kernel"]
 
@@ -547,7 +415,7 @@ def split_launch(plan, kernels=None, defer_o=None):
 
 
 def run(plan, stream) -> None:
-    B, Q, Hq, D = plan.q_shape
+    B, Q, Hq, _ = plan.q_shape
     name, kern, grid, args = split_launch(plan)
     launch(name, kern, grid, NT, stream, *args)
     launch("attention.tiled_compact.combine", frozen.combine_kernel, (B, Q, Hq), frozen.THREADS,
