@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import linecache
 
-from ..contract import TILE_KEYS
-
 NT = 128                 # threads per CTA
 RC = 16                  # query rows per CTA
 
@@ -187,5 +185,5 @@ def emit_fma_tile(e, ind, acc, a, b):
             e(ind, f"{acc}[{4 * rr + cc}] = cuda.fma({a}{rr}, {b}{cc}, {acc}[{4 * rr + cc}])")
 
 
-__all__ = ["NT", "RC", "TILE_KEYS", "Source", "exec_source", "emit_head", "emit_q_and_lengths",
+__all__ = ["NT", "RC", "Source", "exec_source", "emit_head", "emit_q_and_lengths",
            "emit_kahan", "emit_tile_max", "emit_tree_update", "emit_record", "emit_fma_tile"]
