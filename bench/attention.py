@@ -394,6 +394,9 @@ def main(argv=None) -> int:
 
         items = {}      # name -> trial fn
         labels = {}     # name -> (impl, kind, mode)
+        # (graph, owner) pairs: a captured graph holds raw addresses, not references, so
+        # whatever its kernels read (plans' buffers, the peers' page lists) must stay alive
+        # until the graph is dropped; with --no-eager nothing else holds them
         graphs = []
         # ---- variants: plans, eager warm-up (compiles), graph capture
         for v in variants:
@@ -436,7 +439,7 @@ def main(argv=None) -> int:
             if use_graphs:
                 try:
                     g = capture_graph(torch, lambda s, eager=eager: eager(s))
-                    graphs.append(g)
+                    graphs.append((g, plans))   # the plans own what the graph reads
                     ok = check_graph(torch, layers, eager, g)
                     graph_checks.append({"context": T, "variant": v, "graph_output_equals_eager": ok})
                     if not ok:
@@ -496,7 +499,7 @@ def main(argv=None) -> int:
                 mode = "eager"
                 try:
                     g = capture_graph(torch, lambda s, run_inf=run_inf: run_inf())
-                    graphs.append(g)
+                    graphs.append((g, fns))     # the peers' closures own the page lists it reads
                     g.replay()
                     est_g = clock.time_ms(g.replay, 1)
                     reps = C.choose_reps(est_g, args.target_ms, min_reps=MIN_REPS)

@@ -99,3 +99,31 @@ def test_gdn_smoke(tmp_path):
         assert "error" not in acc, acc
         assert acc["rel_l2_state"] < 1e-4 and acc["rel_l2_out_fp16"] < 1e-3
     assert data["peers"]["fla"]["available"] is False
+
+
+@pytest.mark.gpu
+def test_attention_bench_graphs_keep_their_inputs_alive(tmp_path):
+    """On the GPU with ``--no-eager`` nothing but the graph list holds the peers' page lists
+    and the variants' plans; a captured graph holds only raw addresses, so before the fix
+    the torch peers' replays read freed (reused) memory and hit index_select's device
+    assert. Every peer must time its graph replay and no layer's block table may change."""
+    pytest.importorskip("torch")
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    cmd = [sys.executable, str(REPO / "bench" / "attention.py"), "--out", str(tmp_path),
+           "--contexts", "1024,4096", "--layers", "4", "--variants", "frozen", "--trials", "3",
+           "--no-eager", "--budget-s", "120", "--acc-context", "1024"]
+    proc = subprocess.run(cmd, cwd=str(REPO), env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    data = json.loads((tmp_path / "attention.json").read_text())
+    for name, info in data["peers"].items():
+        if name == "skipped":
+            continue
+        assert not info["errors"], (name, info["errors"])
+    graph_rows = {(r["context"], r["impl"]) for r in data["results"] if r["mode"] == "graph"}
+    for ctx in (1024, 4096):
+        for impl in ["frozen", *[n for n in data["peers"] if n != "skipped"]]:
+            assert (ctx, impl) in graph_rows, f"no graph timing for {impl} at {ctx}"
+    assert not [n for n in data["notes"] if "failed" in n or "block tables" in n], data["notes"]
+    assert "device-side assert" not in proc.stderr
