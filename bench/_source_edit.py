@@ -12,9 +12,9 @@ from dflash2_numba._compat import cuda
 
 def edited_device_function(module, fn_name, edits, new_name, extra=None):
     """``module.fn_name``'s source with each ``(old, new)`` of ``edits`` applied (each ``old``
-    must occur exactly once), decorators dropped, executed in a copy of the module's
-    namespace (plus ``extra``), and the function ``new_name`` it defines returned as a
-    numba device function, with that namespace."""
+    must occur exactly once), decorators dropped, executed in a copy of its defining module's
+    namespace (plus the function's closure variables and ``extra``), and the function
+    ``new_name`` it defines returned as a numba device function, with that namespace."""
     fn = getattr(module, fn_name)
     src = textwrap.dedent(inspect.getsource(fn.py_func if hasattr(fn, "py_func") else fn))
     src = "\n".join(line for line in src.split("\n") if not line.startswith("@"))
@@ -22,7 +22,9 @@ def edited_device_function(module, fn_name, edits, new_name, extra=None):
         if src.count(old) != 1:
             raise RuntimeError(f"{fn_name} changed; cannot apply: {old[:60]!r}")
         src = src.replace(old, new)
-    namespace = dict(vars(module))
+    py = fn.py_func if hasattr(fn, "py_func") else fn
+    namespace = dict(py.__globals__)     # (the defining module's: a factory may live elsewhere)
+    namespace.update(inspect.getclosurevars(py).nonlocals)   # (a factory-made function's)
     namespace.update(extra or {})
     exec(compile(src, f"<{new_name}>", "exec"), namespace)
     return cuda.jit(device=True)(namespace[new_name]), namespace

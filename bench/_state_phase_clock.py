@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 
 from dflash2_numba._compat import SIMULATOR, cuda, jit_bounded
-from dflash2_numba.gdn import _split_state_ws, _split_state_wsr
+from dflash2_numba.gdn import _split_state_ws, _split_state_wsp, _split_state_wsr
 from dflash2_numba.gdn.chunked_ws import WS_LAUNCH_BOUNDS
 
 from ._source_edit import edited_device_function
@@ -128,7 +128,7 @@ _KERNELS = {}
 
 
 def clocked_kernel(variant: str = "chunked_ws"):
-    """The state pass of ``variant`` (``chunked_ws`` or ``chunked_wsr``) with cycle stamps:
+    """The state pass of ``variant`` (``chunked_ws``, ``chunked_wsr``, ``chunked_wsp``) with cycle stamps:
     the state kernel's arguments, then ``stamps`` int64 [items, c_hi - c_lo, warps, 5],
     ``c_lo``, ``c_hi`` (built once per variant)."""
     if variant not in _KERNELS:
@@ -136,6 +136,15 @@ def clocked_kernel(variant: str = "chunked_ws"):
             _KERNELS[variant] = _build(_split_state_ws, "ws_state_item", _WS_EDITS)
         elif variant == "chunked_wsr":
             _KERNELS[variant] = _build(_split_state_wsr, "wsr_state_item", _WSR_EDITS)
+        elif variant == "chunked_wsp":      # (wsr_state_item's source, its own out unit)
+            _KERNELS[variant] = _build(_split_state_wsp, "wsp_state_item", _WSR_EDITS)
+        elif variant.startswith("chunked_wsp:"):  # an experimental output unit of bench's
+            from types import SimpleNamespace
+
+            from bench._out_unit_forms import FORMS
+
+            item = _split_state_wsr.make_state_item(FORMS[variant.split(":", 1)[1]])
+            _KERNELS[variant] = _build(SimpleNamespace(item=item), "item", _WSR_EDITS)
         else:
             raise ValueError(f"variant: no clocked form of {variant!r}")
     return _KERNELS[variant]

@@ -14,7 +14,7 @@ Modes
                 ``--variants``) with parts switched off (copies, phase-1 fma loops, phase-2
                 fma loops; see :mod:`bench._state_leave_one_out`), results discarded: the
                 time each part costs.
-  ``phase-clock`` the state pass of ``--gdn-variant`` (``chunked_ws`` / ``chunked_wsr``) with
+  ``phase-clock`` the state pass of ``--gdn-variant`` (``chunked_ws`` / ``_wsr`` / ``_wsp``) with
                 per-warp ``%clock64`` stamps around its
                 two phases for chunks ``--clock-chunks LO:HI`` (see
                 :mod:`bench._state_phase_clock`): byte equality with the real state pass,
@@ -224,7 +224,8 @@ def mode_phase_clock(args, inputs):
     from bench import _state_phase_clock as X
 
     c_lo, c_hi = (int(x) for x in args.clock_chunks.split(":"))
-    call = d2.plan_gdn(**inputs, variant=args.gdn_variant, check_values=False)
+    # (VARIANT:FORM: the variant's plan, an experimental output unit of bench/_out_unit_forms)
+    call = d2.plan_gdn(**inputs, variant=args.gdn_variant.split(":")[0], check_values=False)
     call.launch()
     cuda.synchronize()
     ro, rs = (host(x) for x in call.results())

@@ -190,115 +190,129 @@ def flat_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
     store_row(o, bb, t0 + ib, hv, c0 + c4, acc)
 
 
-@_dev
-def wsr_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,
-                   ncomp, sm):
-    """Steps 6-8 of chunked for work item ``it`` over every chunk of its sequence: threads
-    ``tid < ncomp`` compute (``ws_state_item``'s tiles, flat output chains), the others
-    copy a phase ahead (module docstring). A CTA-wide call: every thread passes the same
-    number of barriers."""
-    tid = cuda.threadIdx.x
-    nthr = cuda.blockDim.x
-    n, hv, c0, w, bb, bos, ln, V, KC, sb, o_qs, o_w, o_kd, o_u, o_p, o_g = item_layout(
-        o, seqs, items, F, H, K, it)
-    off_kp = OFF_WQ + 2 * KC
-    off_u = off_kp + ((KC + C * C) if stage_kp != 0 else 0)
-    off_g = off_u + C * VS
-    ncg = w // 4
-    nch = (ln + C - 1) // C
-    n4 = KC // 4
-    nq = K // 4 if stage_kp != 0 else K // 2  # phase-2 state units per column group
-    ns = nq * ncg
-    load_state_slice(sm, h0, h0_idx[n], hv, c0, K, w, tid, nthr)
+def make_state_item(out_unit):
+    """:func:`wsr_state_item` with ``out_unit`` (same arguments as :func:`flat_out_unit`) as
+    the staged output unit of phase 2. Every other line is shared, so variants that differ
+    only in how an output unit schedules its (unchanged) chains share the rest of the
+    state pass; the device function's name stays ``wsr_state_item`` (the timing tools edit
+    its source). ``cuda.jit(device=True)``, not ``_dev``: on the simulator a device
+    function swaps its own module's ``cuda`` for the simulated one when called, so the
+    item works from a kernel defined in another module."""
 
-    if tid >= ncomp:
-        # (32-bit offsets inside a slot, 64-bit slot bases: fewer registers to carry)
-        ptid = I32(tid - ncomp)
-        nprod = I32(nthr - ncomp)
-        n4 = I32(n4)
-        na_ = I32(2 * n4)                        # float4 of W^T | qs^T (then U, gamma)
-        nb_ = I32((n4 + (C * C) // 4) if stage_kp != 0 else 0)   # of Kd | P^T
-        cu = I32(c0 + o_u)                       # the U slice's first column in the slot
-        nvh = I32(2 * KC + C * V + C * C + C)
-        o_w = I32(o_w)
-        o_qs = I32(o_qs)
-        o_kd = I32(o_kd)
-        o_p = I32(o_p)
-        o_g = I32(o_g)
-        V = I32(V)
-        ncg = I32(ncg)
-        KC = I32(KC)
-        pf_l2 = c0 == 0                          # one CTA per value head prefetches into L2
-        u0 = ug_slot(ptid, ncg, cu, V, off_u, o_g, off_g)      # (per thread, every chunk)
-        u1 = ug_slot(ptid + nprod, ncg, cu, V, off_u, o_g, off_g)
-        x = zero_slots()
-        xu = (_Z4, _Z4)
-        if nch > 0:
-            if pf_l2 and nch > 1:
-                prefetch_chunk_l2(scr, sb + F, o_w, o_qs, nvh, KC, ptid, nprod)
-            store_ug(sm, u0, u1, 0, load_ug(scr, sb, u0, u1))
-            copy_ug_rest(sm, scr, sb, ptid + 2 * nprod, nprod, ncg, cu, V, off_u, o_g, off_g, 0)
-            store_region(sm, scr, ptid, nprod, na_, n4, sb + o_w, sb + o_qs, OFF_WQ,
-                         load_slots(scr, ptid, nprod, na_, n4, sb + o_w, sb + o_qs))
-            if stage_kp != 0:
-                x = load_slots(scr, ptid, nprod, nb_, n4, sb + o_kd, sb + o_p)
-        block_sync()
-        for ci in range(nch):
-            # phase 1: this chunk's Kd / P^T (carried) into shared memory, then the loads
-            # of the next chunk's W^T / qs^T / U / gamma (an L2 prefetch two chunks ahead)
-            sn = sb + F
-            ptid = opaque(ptid)                  # (slot addresses: recomputed, not held)
-            if pf_l2 and ci + 2 < nch:
-                prefetch_chunk_l2(scr, sb + 2 * F, o_w, o_qs, nvh, KC, ptid, nprod)
-            if stage_kp != 0:
-                store_region(sm, scr, ptid, nprod, nb_, n4, sb + o_kd, sb + o_p, off_kp, x)
-            else:
-                prefetch_kd_pt_l1(scr, sb, o_kd, o_p, KC, ptid, nprod)
-            x = zero_slots()                     # (every path redefines the carried
-            xu = (_Z4, _Z4)                      # values: the old ones die at their stores)
-            if ci + 1 < nch:
-                xu = load_ug(scr, sn, u0, u1)
-                x = load_slots(scr, ptid, nprod, na_, n4, sn + o_w, sn + o_qs)
-            block_sync()
-            # phase 2: the next chunk's W^T / qs^T / U / gamma (into the other gamma
-            # buffer) into shared memory, then the loads of its Kd / P^T
-            ptid = opaque(ptid)
-            if ci + 1 < nch:
-                store_ug(sm, u0, u1, (ci + 1) & 1, xu)
-                copy_ug_rest(sm, scr, sn, ptid + 2 * nprod, nprod, ncg, cu, V, off_u, o_g,
-                             off_g, (ci + 1) & 1)
-                store_region(sm, scr, ptid, nprod, na_, n4, sn + o_w, sn + o_qs, OFF_WQ, x)
+    @cuda.jit(device=True)
+    def wsr_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,
+                       ncomp, sm):
+        """Steps 6-8 of chunked for work item ``it`` over every chunk of its sequence: threads
+        ``tid < ncomp`` compute (``ws_state_item``'s tiles, flat output chains), the others
+        copy a phase ahead (module docstring). A CTA-wide call: every thread passes the same
+        number of barriers."""
+        tid = cuda.threadIdx.x
+        nthr = cuda.blockDim.x
+        n, hv, c0, w, bb, bos, ln, V, KC, sb, o_qs, o_w, o_kd, o_u, o_p, o_g = item_layout(
+            o, seqs, items, F, H, K, it)
+        off_kp = OFF_WQ + 2 * KC
+        off_u = off_kp + ((KC + C * C) if stage_kp != 0 else 0)
+        off_g = off_u + C * VS
+        ncg = w // 4
+        nch = (ln + C - 1) // C
+        n4 = KC // 4
+        nq = K // 4 if stage_kp != 0 else K // 2  # phase-2 state units per column group
+        ns = nq * ncg
+        load_state_slice(sm, h0, h0_idx[n], hv, c0, K, w, tid, nthr)
+
+        if tid >= ncomp:
+            # (32-bit offsets inside a slot, 64-bit slot bases: fewer registers to carry)
+            ptid = I32(tid - ncomp)
+            nprod = I32(nthr - ncomp)
+            n4 = I32(n4)
+            na_ = I32(2 * n4)                        # float4 of W^T | qs^T (then U, gamma)
+            nb_ = I32((n4 + (C * C) // 4) if stage_kp != 0 else 0)   # of Kd | P^T
+            cu = I32(c0 + o_u)                       # the U slice's first column in the slot
+            nvh = I32(2 * KC + C * V + C * C + C)
+            o_w = I32(o_w)
+            o_qs = I32(o_qs)
+            o_kd = I32(o_kd)
+            o_p = I32(o_p)
+            o_g = I32(o_g)
+            V = I32(V)
+            ncg = I32(ncg)
+            KC = I32(KC)
+            pf_l2 = c0 == 0                          # one CTA per value head prefetches into L2
+            u0 = ug_slot(ptid, ncg, cu, V, off_u, o_g, off_g)      # (per thread, every chunk)
+            u1 = ug_slot(ptid + nprod, ncg, cu, V, off_u, o_g, off_g)
             x = zero_slots()
-            if ci + 1 < nch and stage_kp != 0:
-                x = load_slots(scr, ptid, nprod, nb_, n4, sn + o_kd, sn + o_p)
+            xu = (_Z4, _Z4)
+            if nch > 0:
+                if pf_l2 and nch > 1:
+                    prefetch_chunk_l2(scr, sb + F, o_w, o_qs, nvh, KC, ptid, nprod)
+                store_ug(sm, u0, u1, 0, load_ug(scr, sb, u0, u1))
+                copy_ug_rest(sm, scr, sb, ptid + 2 * nprod, nprod, ncg, cu, V, off_u, o_g, off_g, 0)
+                store_region(sm, scr, ptid, nprod, na_, n4, sb + o_w, sb + o_qs, OFF_WQ,
+                             load_slots(scr, ptid, nprod, na_, n4, sb + o_w, sb + o_qs))
+                if stage_kp != 0:
+                    x = load_slots(scr, ptid, nprod, nb_, n4, sb + o_kd, sb + o_p)
             block_sync()
-            sb += F
-    else:
-        block_sync()
-        for ci in range(nch):
-            cs = ci * C
-            L = min(C, ln - cs)
-            t0 = bos + cs
-            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer
-            # phase 1: chunked step 6 (vn = U - W h) and step 7's qh * gamma
-            for u in range(tid, C * ncg, ncomp):
-                phase1_unit(sm, u, ncg, KC, K, sm, off_u, VS, sm, gb)
+            for ci in range(nch):
+                # phase 1: this chunk's Kd / P^T (carried) into shared memory, then the loads
+                # of the next chunk's W^T / qs^T / U / gamma (an L2 prefetch two chunks ahead)
+                sn = sb + F
+                ptid = opaque(ptid)                  # (slot addresses: recomputed, not held)
+                if pf_l2 and ci + 2 < nch:
+                    prefetch_chunk_l2(scr, sb + 2 * F, o_w, o_qs, nvh, KC, ptid, nprod)
+                if stage_kp != 0:
+                    store_region(sm, scr, ptid, nprod, nb_, n4, sb + o_kd, sb + o_p, off_kp, x)
+                else:
+                    prefetch_kd_pt_l1(scr, sb, o_kd, o_p, KC, ptid, nprod)
+                x = zero_slots()                     # (every path redefines the carried
+                xu = (_Z4, _Z4)                      # values: the old ones die at their stores)
+                if ci + 1 < nch:
+                    xu = load_ug(scr, sn, u0, u1)
+                    x = load_slots(scr, ptid, nprod, na_, n4, sn + o_w, sn + o_qs)
+                block_sync()
+                # phase 2: the next chunk's W^T / qs^T / U / gamma (into the other gamma
+                # buffer) into shared memory, then the loads of its Kd / P^T
+                ptid = opaque(ptid)
+                if ci + 1 < nch:
+                    store_ug(sm, u0, u1, (ci + 1) & 1, xu)
+                    copy_ug_rest(sm, scr, sn, ptid + 2 * nprod, nprod, ncg, cu, V, off_u, o_g,
+                                 off_g, (ci + 1) & 1)
+                    store_region(sm, scr, ptid, nprod, na_, n4, sn + o_w, sn + o_qs, OFF_WQ, x)
+                x = zero_slots()
+                if ci + 1 < nch and stage_kp != 0:
+                    x = load_slots(scr, ptid, nprod, nb_, n4, sn + o_kd, sn + o_p)
+                block_sync()
+                sb += F
+        else:
             block_sync()
-            # phase 2: chunked step 8 (the state update) and step 7 (the output)
-            gl = ld1(sm, gb + L - 1)
-            half = (L + 1) // 2
-            for u in range(tid, ns + half * ncg, ncomp):
-                if u < ns:
-                    phase2_state_unit(sm, scr, u, nq, stage_kp, off_kp, sb + o_kd, K, gl, L)
-                elif stage_kp != 0:
-                    flat_out_unit(o, bb, t0, hv, c0, sm, off_kp + KC, u - ns, half, L)
-                else:                            # (P^T in global memory)
-                    p, c4, ib, na = out_unit_rows(u - ns, half, L)
-                    out_rows_seq(o, bb, t0, hv, c0, c4, sm, scr, 0, 0, sb + o_p, p, L)
-            block_sync()
-            sb += F
+            for ci in range(nch):
+                cs = ci * C
+                L = min(C, ln - cs)
+                t0 = bos + cs
+                gb = off_g + (ci & 1) * C            # this chunk's gamma buffer
+                # phase 1: chunked step 6 (vn = U - W h) and step 7's qh * gamma
+                for u in range(tid, C * ncg, ncomp):
+                    phase1_unit(sm, u, ncg, KC, K, sm, off_u, VS, sm, gb)
+                block_sync()
+                # phase 2: chunked step 8 (the state update) and step 7 (the output)
+                gl = ld1(sm, gb + L - 1)
+                half = (L + 1) // 2
+                for u in range(tid, ns + half * ncg, ncomp):
+                    if u < ns:
+                        phase2_state_unit(sm, scr, u, nq, stage_kp, off_kp, sb + o_kd, K, gl, L)
+                    elif stage_kp != 0:
+                        out_unit(o, bb, t0, hv, c0, sm, off_kp + KC, u - ns, half, L)
+                    else:                            # (P^T in global memory)
+                        p, c4, ib, na = out_unit_rows(u - ns, half, L)
+                        out_rows_seq(o, bb, t0, hv, c0, c4, sm, scr, 0, 0, sb + o_p, p, L)
+                block_sync()
+                sb += F
 
-    store_state_slice(hT, hT_idx[n], hv, c0, sm, K, w, tid, nthr)
+        store_state_slice(hT, hT_idx[n], hv, c0, sm, K, w, tid, nthr)
+
+    return wsr_state_item
+
+
+wsr_state_item = make_state_item(flat_out_unit)
 
 
 def gdn_wsr_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, stage_kp,
