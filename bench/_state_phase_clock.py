@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 
 from dflash2_numba._compat import SIMULATOR, cuda, jit_bounded
-from dflash2_numba.gdn import _split_state_ws, _split_state_wsp, _split_state_wsr
+from dflash2_numba.gdn import _split_state_ws, _split_state_wsr
 from dflash2_numba.gdn.chunked_ws import WS_LAUNCH_BOUNDS
 
 from ._source_edit import edited_device_function
@@ -128,7 +128,8 @@ _KERNELS = {}
 
 
 def clocked_kernel(variant: str = "chunked_ws"):
-    """The state pass of ``variant`` (``chunked_ws``, ``chunked_wsr``, ``chunked_wsp``) with cycle stamps:
+    """The state pass of ``variant`` (``chunked_ws``, ``chunked_wsr``, or ``chunked_wsr:FORM``
+    with an output unit of :mod:`bench._out_unit_forms`) with cycle stamps:
     the state kernel's arguments, then ``stamps`` int64 [items, c_hi - c_lo, warps, 5],
     ``c_lo``, ``c_hi`` (built once per variant)."""
     if variant not in _KERNELS:
@@ -136,9 +137,7 @@ def clocked_kernel(variant: str = "chunked_ws"):
             _KERNELS[variant] = _build(_split_state_ws, "ws_state_item", _WS_EDITS)
         elif variant == "chunked_wsr":
             _KERNELS[variant] = _build(_split_state_wsr, "wsr_state_item", _WSR_EDITS)
-        elif variant == "chunked_wsp":      # (wsr_state_item's source, its own out unit)
-            _KERNELS[variant] = _build(_split_state_wsp, "wsp_state_item", _WSR_EDITS)
-        elif variant.startswith("chunked_wsp:"):  # an experimental output unit of bench's
+        elif variant.startswith("chunked_wsr:"):  # an experimental output unit of bench's
             from types import SimpleNamespace
 
             from bench._out_unit_forms import FORMS

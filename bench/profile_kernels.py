@@ -14,7 +14,7 @@ Modes
                 ``--variants``) with parts switched off (copies, phase-1 fma loops, phase-2
                 fma loops; see :mod:`bench._state_leave_one_out`), results discarded: the
                 time each part costs.
-  ``phase-clock`` the state pass of ``--gdn-variant`` (``chunked_ws`` / ``_wsr`` / ``_wsp``) with
+  ``phase-clock`` the state pass of ``--gdn-variant`` (``chunked_ws`` / ``_wsr`` / ``_wsr:FORM``) with
                 per-warp ``%clock64`` stamps around its
                 two phases for chunks ``--clock-chunks LO:HI`` (see
                 :mod:`bench._state_phase_clock`): byte equality with the real state pass,

@@ -40,7 +40,7 @@ def test_leave_one_out_kernel_with_nothing_skipped_is_the_state_pass(variant):
     _assert_results_are(call, ref)
 
 
-@pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws", "chunked_wsr", "chunked_wsp"])
+@pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws", "chunked_wsr"])
 def test_state_pass_launcher_runs_the_variants_own_state_kernel(variant):
     """The launcher bench/profile_kernels.py times the state passes with (split_launchers,
     ws_state_launcher) rewrites the call's output and final state with the same bytes."""
@@ -51,24 +51,24 @@ def test_state_pass_launcher_runs_the_variants_own_state_kernel(variant):
     _assert_results_are(call, ref)
 
 
-@pytest.mark.parametrize("variant", ["chunked_ws", "chunked_wsr", "chunked_wsp",
-                                     "chunked_wsp:two_loop"])
+@pytest.mark.parametrize("variant", ["chunked_ws", "chunked_wsr", "chunked_wsr:pipelined",
+                                     "chunked_wsr:two_loop"])
 def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk(monkeypatch,
                                                                             variant):
     """bench/profile_kernels.py phase-clock: a warp-specialised state pass with per-warp
     cycle stamps computes the same bytes; each sampled (item, chunk, warp) gets five
     ordered stamps, and chunks outside the sample range are not written. ``VARIANT:FORM``
-    is the variant's plan with an output unit of bench/_out_unit_forms; the wsp forms run
+    is the variant's plan with an output unit of bench/_out_unit_forms (the exact ones), run
     with Kd / P^T staged and twelve-column items, where the staged output units run."""
     from bench import _state_phase_clock as X
     from bench.profile_kernels import state_pass_launcher
     from dflash2_numba.gdn import chunked_split
 
-    if variant.startswith("chunked_wsp"):
+    if ":" in variant:
         monkeypatch.setattr(chunked_split, "COLS", 12)
         monkeypatch.setattr(chunked_split, "STAGE_KP", "1")
     call, ref = _planned_with_sentinels(variant.split(":")[0], 140, 6)   # chunks 64 + 64 + 12
-    if variant.startswith("chunked_wsp"):
+    if ":" in variant:
         assert int(call.plan.scratch.ws.stage_kp) == 1
     s = call.plan.scratch
     stamps = X.stamp_buffer(call, 2)

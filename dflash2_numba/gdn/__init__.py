@@ -6,8 +6,7 @@ and registers itself as a ``gdn`` variant; :mod:`.emulate` is the same operation
 numpy (bit-exact on the simulator).
 """
 from . import chunked, serial  # noqa: F401  (register the variants)
-from . import chunked_pipe, chunked_split  # noqa: F401,E402  (optimised chunked variants)
-from . import chunked_ws, chunked_wsp, chunked_wsr  # noqa: F401,E402
+from . import chunked_pipe, chunked_split, chunked_ws, chunked_wsr  # noqa: F401,E402  (optimised chunked variants)
 from .api import GdnCall, gdn_prefill, plan_gdn
 
 __all__ = ["GdnCall", "gdn_prefill", "plan_gdn"]
