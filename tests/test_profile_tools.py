@@ -52,7 +52,8 @@ def test_state_pass_launcher_runs_the_variants_own_state_kernel(variant):
 
 
 @pytest.mark.parametrize("variant", ["chunked_ws", "chunked_wsr", "chunked_wsr:pipelined",
-                                     "chunked_wsr:two_loop"])
+                                     "chunked_wsr:two_loop", "chunked_wsr:lean",
+                                     "chunked_wsr:lean_sts", "chunked_wsr:lean_ld"])
 def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk(monkeypatch,
                                                                             variant):
     """bench/profile_kernels.py phase-clock: a warp-specialised state pass with per-warp
@@ -67,7 +68,7 @@ def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk(mon
     if ":" in variant:
         monkeypatch.setattr(chunked_split, "COLS", 12)
         monkeypatch.setattr(chunked_split, "STAGE_KP", "1")
-    call, ref = _planned_with_sentinels(variant.split(":")[0], 140, 6)   # chunks 64 + 64 + 12
+    call, ref = _planned_with_sentinels(variant.split(":")[0], 141, 6)   # chunks 64, 64, 13
     if ":" in variant:
         assert int(call.plan.scratch.ws.stage_kp) == 1
     s = call.plan.scratch
