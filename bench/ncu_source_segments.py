@@ -9,7 +9,7 @@ stall reasons (as shares of the segment's samples) and the commonest executed op
 
     ncu --set full --import-source no -k regex:split_kernel -c 1 -o rep python3 ...
     ncu -i rep.ncu-rep --page source --csv --print-source sass > source.csv
-    python3 bench/ncu_source_segments.py source.csv [--min-share 0.5] [--json out.json]
+    python3 bench/ncu_source_segments.py source.csv [--min-share 0.5] [--json out.json] [--loops]
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import argparse
 import collections
 import csv
 import json
+import re
 import sys
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
@@ -75,6 +76,61 @@ def segments(header, rows):
     return out
 
 
+_BRA_TARGET = re.compile(r"\bBRA\s+(?:`\()?(0x[0-9a-fA-F]+)")
+
+
+def loops(header, rows):
+    """One dict per backward branch (a loop, innermost and outer alike): the stretch from
+    its target to the branch, with the same sums as :func:`segments`, and the offsets of
+    both ends from the kernel's first instruction."""
+    ix = {h: i for i, h in enumerate(header)}
+    addr = []
+    for r in rows:
+        try:
+            addr.append(int(r[ix["Address"]], 16))
+        except ValueError:
+            addr.append(None)
+    base = next((a for a in addr if a is not None), 0)
+    pos = {a: i for i, a in enumerate(addr) if a is not None}
+    out = []
+    for i, r in enumerate(rows):
+        m = _BRA_TARGET.search(r[ix["Source"]])
+        if not m or addr[i] is None:
+            continue
+        t = int(m.group(1), 16)
+        if t > addr[i] or t not in pos:
+            continue
+        body = segments(header, rows[pos[t]:i + 1])
+        merged = dict(first=f"+{t - base:#x}", last=f"+{addr[i] - base:#x}", n=0, executed=0.0,
+                      samples=0.0, wavefronts=0.0, wavefronts_ideal=0.0,
+                      stalls=collections.Counter(), ops=collections.Counter())
+        for b in body:              # (a loop may contain barriers: one stretch in all)
+            for k in ("n", "executed", "samples", "wavefronts", "wavefronts_ideal"):
+                merged[k] += b[k]
+            merged["stalls"].update(b["stalls"])
+            merged["ops"].update(b["ops"])
+        out.append(merged)
+    return out
+
+
+def loop_summary(lps, total, min_share=1.0, top=5):
+    """One line per loop with at least ``min_share`` % of the kernel's ``total`` samples:
+    where it is, its size and static opcode mix, its share and its stalls."""
+    lines = []
+    for lp in lps:
+        share = 100.0 * lp["samples"] / (total or 1.0)
+        if share < min_share:
+            continue
+        samp = lp["samples"] or 1.0
+        st = ", ".join(f"{k} {100 * v / samp:.0f}%" for k, v in lp["stalls"].most_common(top))
+        ex = lp["executed"] or 1.0
+        ops = ", ".join(f"{k} {100 * v / ex:.0f}%" for k, v in lp["ops"].most_common(top))
+        lines.append(f"loop {lp['first']}..{lp['last']}: {lp['n']} instructions, "
+                     f"{lp['executed']:.3g} executed, {share:.1f}% of samples; stalls: {st}; "
+                     f"opcodes: {ops}")
+    return "\n".join(lines)
+
+
 def summary(segs, min_share=0.5, top=6):
     total = sum(s["samples"] for s in segs) or 1.0
     lines = [f"total stall samples {total:.0f}"]
@@ -105,10 +161,14 @@ def main(argv=None):
     ap.add_argument("--min-share", type=float, default=0.5,
                     help="print segments with at least this percentage of the samples")
     ap.add_argument("--json", default=None, help="write the segments here")
+    ap.add_argument("--loops", action="store_true",
+                    help="also one line per loop (backward branch) with >= 1%% of the samples")
     args = ap.parse_args(argv)
     header, rows = read_rows(args.csv)
     segs = segments(header, rows)
     print(summary(segs, args.min_share))
+    if args.loops:
+        print(loop_summary(loops(header, rows), sum(x["samples"] for x in segs)))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump([dict(s, stalls=dict(s["stalls"]), ops=dict(s["ops"])) for s in segs],

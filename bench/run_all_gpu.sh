@@ -66,7 +66,7 @@ for stage in "$@"; do
           > "$out/ncu_gdn_src_${v}_source.csv" || rc=1
       ncu -i "$out/ncu_gdn_src_$v.ncu-rep" --page details > "$out/ncu_gdn_src_${v}_details.txt" || rc=1
       rm -f "$out/ncu_gdn_src_$v.ncu-rep"
-      python3 bench/ncu_source_segments.py "$out/ncu_gdn_src_${v}_source.csv" \
+      python3 bench/ncu_source_segments.py "$out/ncu_gdn_src_${v}_source.csv" --loops \
           | tee "$out/ncu_gdn_src_${v}_segments.txt" || rc=1 ;;
     ncu-attn)
       v=${NCU_ATTN_VARIANT:-tiled_compact}

@@ -168,3 +168,31 @@ def test_ncu_source_segments_split_at_barriers_and_sum_each_phase(tmp_path):
     assert segs[1]["ops"] == {"FFMA": 400}
     text = N.summary(segs)
     assert "segment 0: 3 instructions" in text and "50.0% of samples" in text
+
+
+def test_ncu_source_loops_follow_backward_branches(tmp_path):
+    """The per-loop view: every backward branch makes one loop from its target to itself
+    (barriers inside included), with offsets from the kernel's first instruction; forward
+    branches make none."""
+    from bench import ncu_source_segments as N
+
+    head = ["Address", "Source", N.SAMPLES, N.EXECUTED, "stall_selected"]
+    body = [["0x100", "  MOV R1, RZ", "1", "1", "1"],
+            ["0x110", "  LDS R4, [R2]", "5", "10", "5"],
+            ["0x120", "  BAR.SYNC.DEFER_BLOCKING 0x0", "2", "10", "2"],
+            ["0x130", "  FFMA R1, R4, R4, R1", "8", "10", "8"],
+            ["0x140", "  @P0 BRA 0x110", "1", "10", "1"],
+            ["0x150", "  @P1 BRA 0x170", "1", "1", "1"],
+            ["0x160", "  EXIT", "0", "1", "0"]]
+    path = tmp_path / "source.csv"
+    path.write_text("\n".join(",".join(f'"{c}"' for c in r)
+                              for r in [["Kernel Name", "k"], head] + body) + "\n")
+    header, rows = N.read_rows(path)
+    lps = N.loops(header, rows)
+    assert len(lps) == 1
+    lp = lps[0]
+    assert (lp["first"], lp["last"], lp["n"]) == ("+0x10", "+0x40", 4)
+    assert lp["samples"] == 16 and lp["executed"] == 40
+    assert lp["ops"] == {"LDS": 10, "BAR": 10, "FFMA": 10, "BRA": 10}
+    text = N.loop_summary(lps, total=18.0)
+    assert "loop +0x10..+0x40: 4 instructions" in text and "88.9% of samples" in text
