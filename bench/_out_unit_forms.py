@@ -18,6 +18,8 @@ from dflash2_numba._compat import cuda
 from dflash2_numba.gdn._common import C
 from dflash2_numba.gdn._split_ops import VS, fma4, ld1, ld4, st4
 from dflash2_numba.gdn._split_state import OFF_OQ, OFF_VN, store_row
+from dflash2_numba.gdn._split_state_two_loop import row_chain as _chain
+from dflash2_numba.gdn._split_state_two_loop import two_loop_out_unit  # (variant chunked_wsr_two_loop's)
 from dflash2_numba.gdn._split_state_ws import out_unit_rows
 
 
@@ -72,29 +74,6 @@ def pipelined_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
         t += 1
     if na > 0:
         store_row(o, bb, t0 + p, hv, c0 + c4, oa)
-    store_row(o, bb, t0 + ib, hv, c0 + c4, acc)
-
-
-@cuda.jit(device=True)
-def _chain(sm, acc, qp, qv, n):
-    j = 0
-    while j < n:
-        acc = fma4(ld1(sm, qp), ld4(sm, qv), acc)
-        qp += C
-        qv += VS
-        j += 1
-    return acc
-
-
-@cuda.jit(device=True)
-def two_loop_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
-    """Row p's chain in one plain loop, then row ib's in another: no select per step (the
-    flat loop's row switch costs eight FSEL per step), divergent trip counts instead."""
-    p, c4, ib, na = out_unit_rows(u2, half, L)
-    acc = _chain(sm, ld4(sm, OFF_OQ + p * VS + c4), off_pt + p, OFF_VN + c4, na)
-    if na > 0:
-        store_row(o, bb, t0 + p, hv, c0 + c4, acc)
-    acc = _chain(sm, ld4(sm, OFF_OQ + ib * VS + c4), off_pt + ib, OFF_VN + c4, ib + 1)
     store_row(o, bb, t0 + ib, hv, c0 + c4, acc)
 
 

@@ -128,8 +128,9 @@ _KERNELS = {}
 
 
 def clocked_kernel(variant: str = "chunked_ws"):
-    """The state pass of ``variant`` (``chunked_ws``, ``chunked_wsr``, or ``chunked_wsr:FORM``
-    with an output unit of :mod:`bench._out_unit_forms`) with cycle stamps:
+    """The state pass of ``variant`` (``chunked_ws``, ``chunked_wsr``, ``chunked_wsr_two_loop``,
+    or ``chunked_wsr:FORM`` with an output unit of :mod:`bench._out_unit_forms`) with cycle
+    stamps:
     the state kernel's arguments, then ``stamps`` int64 [items, c_hi - c_lo, warps, 5],
     ``c_lo``, ``c_hi`` (built once per variant)."""
     if variant not in _KERNELS:
@@ -137,6 +138,10 @@ def clocked_kernel(variant: str = "chunked_ws"):
             _KERNELS[variant] = _build(_split_state_ws, "ws_state_item", _WS_EDITS)
         elif variant == "chunked_wsr":
             _KERNELS[variant] = _build(_split_state_wsr, "wsr_state_item", _WSR_EDITS)
+        elif variant == "chunked_wsr_two_loop":    # (wsr_state_item's source, its own unit)
+            from dflash2_numba.gdn import _split_state_two_loop
+
+            _KERNELS[variant] = _build(_split_state_two_loop, "two_loop_state_item", _WSR_EDITS)
         elif variant.startswith("chunked_wsr:"):  # an experimental output unit of bench's
             from types import SimpleNamespace
 

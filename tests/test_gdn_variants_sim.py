@@ -111,26 +111,28 @@ def test_fp32_output_and_state(variant, name):
 
 
 @pytest.mark.parametrize("name", CASE_PARAMS)
-def test_chunked_wsr_twelve_column_plan(monkeypatch, name):
-    """chunked_wsr with the H200's plan (twelve-column items, Kd / P^T staged; the
-    simulator's default plan takes four-column items), on every case: the frozen kernel's
-    bytes, including the narrower last item of each value head when 12 does not divide V
-    (here V = 32: items of 12, 12 and 8 columns)."""
-    if "chunked_wsr" not in VARIANTS:
-        pytest.skip("chunked_wsr not registered")
+@pytest.mark.parametrize("variant", ["chunked_wsr", "chunked_wsr_two_loop"])
+def test_twelve_column_plan(monkeypatch, variant, name):
+    """chunked_wsr / chunked_wsr_two_loop with the H200's plan (twelve-column items, Kd /
+    P^T staged, so the staged output units run; the simulator's default plan takes
+    four-column items), on every case: the frozen kernel's bytes, including the narrower
+    last item of each value head when 12 does not divide V (here V = 32: items of 12, 12
+    and 8 columns)."""
+    if variant not in VARIANTS:
+        pytest.skip(f"{variant} not registered")
     from dflash2_numba.gdn import chunked_split
 
     monkeypatch.setattr(chunked_split, "COLS", 12)
     monkeypatch.setattr(chunked_split, "STAGE_KP", "1")
-    call = plan_gdn(**_inputs(name), variant="chunked_wsr", out_dtype="float32",
+    call = plan_gdn(**_inputs(name), variant=variant, out_dtype="float32",
                     **CASES[name][1])
     assert call.plan.scratch.cols == 12 and int(call.plan.scratch.ws.stage_kp) == 1
     call.launch()
     o, s = (np.asarray(x.copy_to_host()) if hasattr(x, "copy_to_host") else x
             for x in call.results())
     ref_o, ref_s = _reference(name, "float32")
-    _assert_same(o, ref_o, f"chunked_wsr 12-column plan/{name}: output (FP32)")
-    _assert_same(s, ref_s, f"chunked_wsr 12-column plan/{name}: final state")
+    _assert_same(o, ref_o, f"{variant} 12-column plan/{name}: output (FP32)")
+    _assert_same(s, ref_s, f"{variant} 12-column plan/{name}: final state")
 
 
 @pytest.mark.parametrize("name", FP16_CASES)
@@ -180,7 +182,8 @@ KNOB_RUNS = [("chunked_split", 12, 7), ("chunked_split", 4, 128), ("chunked_pipe
              ("chunked_ws", 4, 100), ("chunked_ws", 12, 7),
              # chunked_wsr: 7 compute threads (units take turns) + 32 copy threads, each
              # carrying 18 float4 and copying the rest directly; 100 + 32 at w = 4
-             ("chunked_wsr", 12, 7), ("chunked_wsr", 4, 100)]
+             ("chunked_wsr", 12, 7), ("chunked_wsr", 4, 100),
+             ("chunked_wsr_two_loop", 12, 7), ("chunked_wsr_two_loop", 4, 100)]
 
 
 @pytest.mark.parametrize("variant,cols,threads", KNOB_RUNS)
@@ -201,7 +204,8 @@ def test_launch_knobs_do_not_change_bits(monkeypatch, variant, cols, threads):
 
 
 @pytest.mark.parametrize("stage_kp", ["0", "1"])
-@pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws", "chunked_wsr"])
+@pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws", "chunked_wsr",
+                                     "chunked_wsr_two_loop"])
 def test_state_staging_does_not_change_bits(monkeypatch, variant, stage_kp):
     """The staged state passes (chunked_split, chunked_ws, chunked_wsr) with and without
     Kd / P^T staged in shared memory (the device's shared-memory size picks one at plan
@@ -220,6 +224,8 @@ def test_state_staging_does_not_change_bits(monkeypatch, variant, stage_kp):
 ROUTES = {"chunked_split": ({"gdn_split_prep": 1, "gdn_split_state": 1}, {"gdn_split_state": 1}),
           "chunked_ws": ({"gdn_split_prep": 1, "gdn_ws_state": 1}, {"gdn_ws_state": 1}),
           "chunked_wsr": ({"gdn_split_prep": 1, "gdn_wsr_state": 1}, {"gdn_wsr_state": 1}),
+          "chunked_wsr_two_loop": ({"gdn_split_prep": 1, "gdn_wsr_two_loop_state": 1},
+                                   {"gdn_wsr_two_loop_state": 1}),
           # one chunk per group on the simulator: groups 0 .. 1, launches 0 .. 2 (the first
           # pre-pass only, the last state only); empty sequences: one state launch
           "chunked_pipe": ({"gdn_split_pipe": 2}, {"gdn_split_pipe": 1})}

@@ -40,7 +40,8 @@ def test_leave_one_out_kernel_with_nothing_skipped_is_the_state_pass(variant):
     _assert_results_are(call, ref)
 
 
-@pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws", "chunked_wsr"])
+@pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws", "chunked_wsr",
+                                     "chunked_wsr_two_loop"])
 def test_state_pass_launcher_runs_the_variants_own_state_kernel(variant):
     """The launcher bench/profile_kernels.py times the state passes with (split_launchers,
     ws_state_launcher) rewrites the call's output and final state with the same bytes."""
@@ -53,7 +54,8 @@ def test_state_pass_launcher_runs_the_variants_own_state_kernel(variant):
 
 @pytest.mark.parametrize("variant", ["chunked_ws", "chunked_wsr", "chunked_wsr:pipelined",
                                      "chunked_wsr:two_loop", "chunked_wsr:lean",
-                                     "chunked_wsr:lean_sts", "chunked_wsr:lean_ld"])
+                                     "chunked_wsr:lean_sts", "chunked_wsr:lean_ld",
+                                     "chunked_wsr_two_loop"])
 def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk(monkeypatch,
                                                                             variant):
     """bench/profile_kernels.py phase-clock: a warp-specialised state pass with per-warp
@@ -65,11 +67,11 @@ def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk(mon
     from bench.profile_kernels import state_pass_launcher
     from dflash2_numba.gdn import chunked_split
 
-    if ":" in variant:
+    if ":" in variant or variant == "chunked_wsr_two_loop":
         monkeypatch.setattr(chunked_split, "COLS", 12)
         monkeypatch.setattr(chunked_split, "STAGE_KP", "1")
     call, ref = _planned_with_sentinels(variant.split(":")[0], 141, 6)   # chunks 64, 64, 13
-    if ":" in variant:
+    if ":" in variant or variant == "chunked_wsr_two_loop":
         assert int(call.plan.scratch.ws.stage_kp) == 1
     s = call.plan.scratch
     stamps = X.stamp_buffer(call, 2)

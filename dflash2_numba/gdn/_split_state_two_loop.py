@@ -1,0 +1,61 @@
+"""The sequential state pass of variant ``chunked_wsr_two_loop``: :mod:`._split_state_wsr`'s
+state pass whose staged output unit runs its two chains in two plain loops.
+
+:func:`._split_state_wsr.flat_out_unit` runs an output unit's chains (rows p and L-1-p of
+one four-column group, chunked step 7) in one loop of ``L + 1`` steps, so every lane of a
+warp has the same trip count; the row switch inside that loop costs eight FSEL a step (27
+SASS instructions a step for 4 fma; ``bench/RESULTS.md``, GDN fifth round).
+:func:`two_loop_out_unit` runs row p's chain in one loop and row ib's in a second, with no
+select; the lanes' trip counts differ (p + 1, then L - p), so the warp runs the longest of
+each. Measured with the phase clock on the H200 (three calls): the chunk step 3.0 %
+shorter than ``chunked_wsr``'s.
+
+The chains are unchanged: the same initial values (``qh * gamma`` of the row), the same
+operands in the same order (``fma(P_ij, vn_jc, o)`` for j = 0 .. i ascending), so the
+output is chunked's, byte for byte. Nothing else in the state pass differs
+(:func:`._split_state_wsr.make_state_item`).
+"""
+from __future__ import annotations
+
+from .._compat import cuda
+from ._common import C
+from ._split_ops import VS, _dev, fma4, ld1, ld4
+from ._split_state import OFF_OQ, OFF_VN, store_row
+from ._split_state_ws import out_unit_rows
+from ._split_state_wsr import _F32, make_state_item
+
+
+@_dev
+def row_chain(sm, acc, qp, qv, n):
+    """``acc_c = fma(sm[qp + j C], sm[qv + j VS + c], acc_c)`` for j = 0 .. n-1 ascending,
+    the four columns c = 0..3 (one output row's step-7 chain from P^T and vn)."""
+    j = 0
+    while j < n:
+        acc = fma4(ld1(sm, qp), ld4(sm, qv), acc)
+        qp += C
+        qv += VS
+        j += 1
+    return acc
+
+
+@_dev
+def two_loop_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
+    """Output unit ``u2`` (:func:`._split_state_wsr.flat_out_unit`'s rows, chains and
+    stores): row p's chain (``p + 1`` steps; none for the middle row), stored, then row
+    ib's (``ib + 1`` steps), stored."""
+    p, c4, ib, na = out_unit_rows(u2, half, L)
+    acc = row_chain(sm, ld4(sm, OFF_OQ + p * VS + c4), off_pt + p, OFF_VN + c4, na)
+    if na > 0:
+        store_row(o, bb, t0 + p, hv, c0 + c4, acc)
+    acc = row_chain(sm, ld4(sm, OFF_OQ + ib * VS + c4), off_pt + ib, OFF_VN + c4, ib + 1)
+    store_row(o, bb, t0 + ib, hv, c0 + c4, acc)
+
+
+two_loop_state_item = make_state_item(two_loop_out_unit)
+
+
+def gdn_wsr_two_loop_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K,
+                                  stage_kp, ncomp):
+    sm = cuda.shared.array(0, _F32)
+    two_loop_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K,
+                        cuda.blockIdx.x, stage_kp, ncomp, sm)
