@@ -5,7 +5,8 @@
 #           phase-clock (chunked_ws / chunked_wsr state passes, cycles per phase; CLOCK_VARIANTS),
 #           copy-ceiling (L2 -> SM copy rate),
 #           ncu-gdn (Nsight Compute report of one call's two kernels; NCU_VARIANT, default chunked_wsr),
-#           ncu-gdn-source (per-instruction Nsight Compute report of the state kernel of one call,
+#           ncu-gdn-source (per-instruction Nsight Compute report of one kernel of one call (NCU_KERNEL regex,
+#                     default the state kernel; gdn_split_prep for the pre-pass),
 #                     summed per phase by bench/ncu_source_segments.py; NCU_VARIANT, default chunked_wsr),
 #           ncu-attn (per-instruction Nsight Compute report of one attention split launch at 261888,
 #                     summed per phase by bench/ncu_source_segments.py; NCU_ATTN_VARIANT,
@@ -59,15 +60,16 @@ for stage in "$@"; do
           "$out/ncu_gdn_${NCU_VARIANT:-chunked_wsr}.txt" | head -n 24 ;;
     ncu-gdn-source)
       v=${NCU_VARIANT:-chunked_wsr}
-      ncu --clock-control none --set full --import-source no -k regex:gdn_.*_state -c 1 \
-          -o "$out/ncu_gdn_src_$v" python3 bench/profile_kernels.py gdn-once --gdn-variant "$v" \
-          --out "$out" > "$out/ncu_gdn_src_$v.log" 2>&1; rc=$?
-      ncu -i "$out/ncu_gdn_src_$v.ncu-rep" --page source --csv --print-source sass \
-          > "$out/ncu_gdn_src_${v}_source.csv" || rc=1
-      ncu -i "$out/ncu_gdn_src_$v.ncu-rep" --page details > "$out/ncu_gdn_src_${v}_details.txt" || rc=1
-      rm -f "$out/ncu_gdn_src_$v.ncu-rep"
-      python3 bench/ncu_source_segments.py "$out/ncu_gdn_src_${v}_source.csv" --loops \
-          | tee "$out/ncu_gdn_src_${v}_segments.txt" || rc=1 ;;
+      kre=${NCU_KERNEL:-gdn_.*_state}
+      n="ncu_gdn_src_${v}_$(printf '%s' "$kre" | tr -c 'A-Za-z0-9_' '_')"
+      ncu --clock-control none --set full --import-source no -k "regex:$kre" -c 1 \
+          -o "$out/$n" python3 bench/profile_kernels.py gdn-once --gdn-variant "$v" \
+          --out "$out" > "$out/$n.log" 2>&1; rc=$?
+      ncu -i "$out/$n.ncu-rep" --page source --csv --print-source sass > "$out/${n}_source.csv" || rc=1
+      ncu -i "$out/$n.ncu-rep" --page details > "$out/${n}_details.txt" || rc=1
+      rm -f "$out/$n.ncu-rep"
+      python3 bench/ncu_source_segments.py "$out/${n}_source.csv" --loops \
+          | tee "$out/${n}_segments.txt" || rc=1 ;;
     ncu-attn)
       v=${NCU_ATTN_VARIANT:-tiled_compact}
       ncu --clock-control none --set full --import-source no -k regex:split_kernel -c 1 \
