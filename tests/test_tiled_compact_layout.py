@@ -166,3 +166,31 @@ def test_loop_step_options_keep_the_bytes(score_steps, pv_keys):
     assert _host(ws.lse).tobytes() == ref[1].tobytes()
     with pytest.raises(ValueError):
         TC._source(64, True, score_steps=6)
+
+
+@pytest.mark.parametrize("variant", ["tiled", "tiled_compact"])
+def test_plan_builds_its_split_launch_once(monkeypatch, variant):
+    """A plan's split launch (the caches' 16-byte views, the schedule, the launcher) is built
+    at its first launch and reused: the second launch builds no view and writes the same
+    bytes (a CUDA graph or a loop of eager launches pays the host work once)."""
+    from dflash2_numba.attention import tiled
+
+    rng = np.random.default_rng(44)
+    c = case(rng, B=1, Q=2, Hq=2, Hkv=1, D=64, page_size=8, seq_lens=[100], strided=False)
+    ws = d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, splits=2)
+    plan = d2.plan_attention(c["q"], c["k_cache"], c["v_cache"], c["block_table"], c["seq_lens"],
+                             scale=c["scale"], k_scale=c["k_scale"], v_scale=c["v_scale"],
+                             splits=2, variant=variant, workspace=ws)
+    views = []
+    real = tiled._u32_view
+    monkeypatch.setattr(tiled, "_u32_view", lambda a: views.append(1) or real(a))
+    ws.fill_sentinel()
+    plan.launch()
+    first = (_host(ws.partial).tobytes(), _host(ws.lse).tobytes(), _host(ws.out).tobytes())
+    built = len(views)
+    assert built in (1, 2) and len(plan.launch_cache) == 1
+    ws.fill_sentinel()
+    plan.launch()
+    assert len(views) == built
+    assert (_host(ws.partial).tobytes(), _host(ws.lse).tobytes(),
+            _host(ws.out).tobytes()) == first

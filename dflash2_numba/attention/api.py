@@ -10,7 +10,7 @@ plan + launch + results in the caller's kind of array.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -64,6 +64,9 @@ class AttentionPlan:
     stream: Any = 0
     out_host: Any = None     # a caller's numpy ``out``, filled after the launch
     workspace: Any = None    # the caller's AttentionWorkspace, if one was given
+    # what a variant derives from the plan for its launches (kernel views of the caches,
+    # the schedule for the device), computed at the first launch and reused
+    launch_cache: dict = field(default_factory=dict, repr=False)
 
     def launch(self, stream=None) -> None:
         """Launch the variant's kernels (no checks, no transfers): graph-capturable."""

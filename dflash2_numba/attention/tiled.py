@@ -421,7 +421,9 @@ def supports(plan: dict) -> None:
         raise UnsupportedShape("tiled: Q or G out of range")
 
 
-def run(plan, stream) -> None:
+def _split_launch(plan):
+    """(name, kernel, grid, args) of the plan's split launch (16-byte views of the caches
+    where legal)."""
     B, Q, Hq, D = plan.q_shape
     Hkv = plan.k_cache.shape[2]
     G = Hq // Hkv
@@ -432,9 +434,18 @@ def run(plan, stream) -> None:
         kc, vc = plan.k_cache, plan.v_cache
     kern = DynShared(_kernels[D, vec], _SMEM_BYTES[D])
     groups = (G * Q + RC - 1) // RC
-    launch(_split_name(D, vec), kern, (plan.splits, B * Hkv, groups), NT, stream,
-           plan.q, kc, vc, plan.block_table, plan.seq_lens, plan.row_lengths, plan.use_rows,
-           plan.page_size, plan.splits, plan.qk_scale, plan.v_scale, plan.partial, plan.lse)
+    return (_split_name(D, vec), kern, (plan.splits, B * Hkv, groups),
+            (plan.q, kc, vc, plan.block_table, plan.seq_lens, plan.row_lengths, plan.use_rows,
+             plan.page_size, plan.splits, plan.qk_scale, plan.v_scale, plan.partial, plan.lse))
+
+
+def run(plan, stream) -> None:
+    B, Q, Hq, D = plan.q_shape
+    split = plan.launch_cache.get("tiled.split")
+    if split is None:                    # (views and launcher built once per plan)
+        split = plan.launch_cache["tiled.split"] = _split_launch(plan)
+    name, kern, grid, args = split
+    launch(name, kern, grid, NT, stream, *args)
     launch("attention.tiled.combine", frozen.combine_kernel, (B, Q, Hq), frozen.THREADS, stream,
            plan.seq_lens, plan.row_lengths, plan.use_rows, plan.splits,
            plan.partial, plan.lse, plan.out)
