@@ -16,7 +16,7 @@ import numpy as np
 
 from dflash2_numba._compat import cuda
 from dflash2_numba.gdn._common import C
-from dflash2_numba.gdn._split_ops import VS, fma4, ld1, ld4, st4
+from dflash2_numba.gdn._split_ops import VS, fma4, ld1, ld4
 from dflash2_numba.gdn._split_state import OFF_OQ, OFF_VN, store_row
 from dflash2_numba.gdn._split_state_two_loop import row_chain as _chain
 from dflash2_numba.gdn._split_state_two_loop import two_loop_out_unit  # (variant chunked_wsr_two_loop's)
@@ -136,68 +136,7 @@ def lean_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
     store_row(o, bb, t0 + ib, hv, c0 + c4, acc)
 
 
-@cuda.jit(device=True)
-def lean_sts_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
-    """:func:`lean_out_unit`, but row p's result is parked in its own qh slot of shared
-    memory at the switch (one predicated 16-byte store instead of four FSEL; only this
-    unit reads that slot in phase 2) and read back for its global store."""
-    p, c4, ib, na = out_unit_rows(u2, half, L)
-    na = _I32(na)
-    tot = _I32(na + ib + 1)
-    rp = _I32(off_pt + ib)
-    rv = _I32(OFF_VN + c4)
-    po = _I32(OFF_OQ + p * VS + c4)
-    qp = _I32(off_pt + p)
-    qv = rv
-    acc = ld4(sm, po)
-    ob = ld4(sm, OFF_OQ + ib * VS + c4)
-    t = _I32(0)
-    while t < tot:
-        if t == na:
-            st4(sm, po, acc)
-            acc = ob
-            qp = rp
-            qv = rv
-        acc = fma4(ld1(sm, qp), ld4(sm, qv), acc)
-        qp = _I32(qp + _C32)
-        qv = _I32(qv + _VS32)
-        t = _I32(t + _ONE32)
-    if na > 0:
-        store_row(o, bb, t0 + p, hv, c0 + c4, ld4(sm, po))
-    store_row(o, bb, t0 + ib, hv, c0 + c4, acc)
-
-
-@cuda.jit(device=True)
-def lean_ld_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
-    """:func:`lean_sts_out_unit` whose row-ib chain starts from a (predicated) shared load
-    of its qh slot at the switch instead of a register copy."""
-    p, c4, ib, na = out_unit_rows(u2, half, L)
-    na = _I32(na)
-    tot = _I32(na + ib + 1)
-    rp = _I32(off_pt + ib)
-    rv = _I32(OFF_VN + c4)
-    po = _I32(OFF_OQ + p * VS + c4)
-    pb = _I32(OFF_OQ + ib * VS + c4)
-    qp = _I32(off_pt + p)
-    qv = rv
-    acc = ld4(sm, po)
-    t = _I32(0)
-    while t < tot:
-        if t == na:
-            st4(sm, po, acc)
-            acc = ld4(sm, pb)
-            qp = rp
-            qv = rv
-        acc = fma4(ld1(sm, qp), ld4(sm, qv), acc)
-        qp = _I32(qp + _C32)
-        qv = _I32(qv + _VS32)
-        t = _I32(t + _ONE32)
-    if na > 0:
-        store_row(o, bb, t0 + p, hv, c0 + c4, ld4(sm, po))
-    store_row(o, bb, t0 + ib, hv, c0 + c4, acc)
-
-
 FORMS = {"pipelined": pipelined_out_unit, "two_loop": two_loop_out_unit,
-         "lean": lean_out_unit, "lean_sts": lean_sts_out_unit, "lean_ld": lean_ld_out_unit,
+         "lean": lean_out_unit,
          "store_only": store_only_out_unit, "loop_only": loop_only_out_unit}
-EXACT_FORMS = ("pipelined", "two_loop", "lean", "lean_sts", "lean_ld")   # chunked's bytes
+EXACT_FORMS = ("pipelined", "two_loop", "lean")   # chunked's bytes

@@ -54,7 +54,6 @@ def test_state_pass_launcher_runs_the_variants_own_state_kernel(variant):
 
 @pytest.mark.parametrize("variant", ["chunked_ws", "chunked_wsr", "chunked_wsr:pipelined",
                                      "chunked_wsr:two_loop", "chunked_wsr:lean",
-                                     "chunked_wsr:lean_sts", "chunked_wsr:lean_ld",
                                      "chunked_wsr_two_loop"])
 def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk(monkeypatch,
                                                                             variant):
