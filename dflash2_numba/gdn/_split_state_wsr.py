@@ -202,10 +202,10 @@ def make_state_item(out_unit):
     @cuda.jit(device=True)
     def wsr_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,
                        ncomp, sm):
-        """Steps 6-8 of chunked for work item ``it`` over every chunk of its sequence: threads
-        ``tid < ncomp`` compute (``ws_state_item``'s tiles, flat output chains), the others
-        copy a phase ahead (module docstring). A CTA-wide call: every thread passes the same
-        number of barriers."""
+        """Steps 6-8 of chunked for work item ``it`` over every chunk of its sequence:
+        threads ``tid < ncomp`` compute (``ws_state_item``'s tiles, ``out_unit``'s output
+        chains), the others copy a phase ahead (module docstring). A CTA-wide call: every
+        thread passes the same number of barriers."""
         tid = cuda.threadIdx.x
         nthr = cuda.blockDim.x
         n, hv, c0, w, bb, bos, ln, V, KC, sb, o_qs, o_w, o_kd, o_u, o_p, o_g = item_layout(
