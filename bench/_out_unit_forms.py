@@ -18,8 +18,8 @@ from dflash2_numba._compat import cuda
 from dflash2_numba.gdn._common import C
 from dflash2_numba.gdn._split_ops import VS, fma4, ld1, ld4
 from dflash2_numba.gdn._split_state import OFF_OQ, OFF_VN, store_row
-from dflash2_numba.gdn._split_state_two_loop import row_chain as _chain
-from dflash2_numba.gdn._split_state_two_loop import two_loop_out_unit  # (variant chunked_wsr_two_loop's)
+from dflash2_numba.gdn._split_state import upd_h
+from dflash2_numba.gdn._split_state_two_loop import two_loop_out_unit  # (chunked_wsr_two_loop's)
 from dflash2_numba.gdn._split_state_ws import out_unit_rows
 
 
@@ -92,8 +92,10 @@ def loop_only_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
     real row (their sum) and only where it is exactly 1234.5, i.e. almost never; the
     loops stay live."""
     p, c4, ib, na = out_unit_rows(u2, half, L)
-    a = _chain(sm, ld4(sm, OFF_OQ + p * VS + c4), off_pt + p, OFF_VN + c4, na)
-    b = _chain(sm, ld4(sm, OFF_OQ + ib * VS + c4), off_pt + ib, OFF_VN + c4, ib + 1)
+    a = ld4(sm, OFF_OQ + p * VS + c4)
+    a, d1, d2 = upd_h(sm, off_pt + p, C, sm, OFF_VN + c4, a, a, a, na, 1)
+    b = ld4(sm, OFF_OQ + ib * VS + c4)
+    b, d1, d2 = upd_h(sm, off_pt + ib, C, sm, OFF_VN + c4, b, b, b, ib + 1, 1)
     s = (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
     if s[0] + s[1] + s[2] + s[3] == 1234.5:
         store_row(o, bb, t0 + ib, hv, c0 + c4, s)

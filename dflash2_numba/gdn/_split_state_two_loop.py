@@ -6,7 +6,8 @@ one four-column group, chunked step 7) in one loop of ``L + 1`` steps, so every 
 warp has the same trip count; the row switch inside that loop costs eight FSEL a step (27
 SASS instructions a step for 4 fma; ``bench/RESULTS.md``, GDN fifth round).
 :func:`two_loop_out_unit` runs row p's chain in one loop and row ib's in a second, with no
-select; the lanes' trip counts differ (p + 1, then L - p), so the warp runs the longest of
+select (:func:`._split_state.out_rows_seq`, the unit the unstaged state passes already
+run, here reading the staged P^T); the lanes' trip counts differ (p + 1, then L - p), so the warp runs the longest of
 each. Measured with the phase clock on the H200 (three calls): the chunk step 3.0 %
 shorter than ``chunked_wsr``'s.
 
@@ -18,37 +19,21 @@ output is chunked's, byte for byte. Nothing else in the state pass differs
 from __future__ import annotations
 
 from .._compat import cuda
-from ._common import C
-from ._split_ops import VS, _dev, fma4, ld1, ld4
-from ._split_state import OFF_OQ, OFF_VN, store_row
+from ._split_ops import _dev
+from ._split_state import out_rows_seq
 from ._split_state_ws import out_unit_rows
 from ._split_state_wsr import _F32, make_state_item
 
 
 @_dev
-def row_chain(sm, acc, qp, qv, n):
-    """``acc_c = fma(sm[qp + j C], sm[qv + j VS + c], acc_c)`` for j = 0 .. n-1 ascending,
-    the four columns c = 0..3 (one output row's step-7 chain from P^T and vn)."""
-    j = 0
-    while j < n:
-        acc = fma4(ld1(sm, qp), ld4(sm, qv), acc)
-        qp += C
-        qv += VS
-        j += 1
-    return acc
-
-
-@_dev
 def two_loop_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
     """Output unit ``u2`` (:func:`._split_state_wsr.flat_out_unit`'s rows, chains and
-    stores): row p's chain (``p + 1`` steps; none for the middle row), stored, then row
-    ib's (``ib + 1`` steps), stored."""
+    stores) as :func:`._split_state.out_rows_seq` runs it with P^T staged (the unstaged
+    state passes' unit): row p's chain (``p + 1`` steps; none for the middle row), stored,
+    then row ib's (``ib + 1`` steps), stored. ``sm`` stands in for the unread global
+    scratch."""
     p, c4, ib, na = out_unit_rows(u2, half, L)
-    acc = row_chain(sm, ld4(sm, OFF_OQ + p * VS + c4), off_pt + p, OFF_VN + c4, na)
-    if na > 0:
-        store_row(o, bb, t0 + p, hv, c0 + c4, acc)
-    acc = row_chain(sm, ld4(sm, OFF_OQ + ib * VS + c4), off_pt + ib, OFF_VN + c4, ib + 1)
-    store_row(o, bb, t0 + ib, hv, c0 + c4, acc)
+    out_rows_seq(o, bb, t0, hv, c0, c4, sm, sm, 1, off_pt, 0, p, L)
 
 
 two_loop_state_item = make_state_item(two_loop_out_unit)

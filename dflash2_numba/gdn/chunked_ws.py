@@ -50,7 +50,6 @@ COPY_THREADS = int(os.environ.get("DFLASH2_GDN_WS_COPY_THREADS", "0") or 0)   # 
 # the module docstring); DFLASH2_GDN_SPLIT_THREADS / _WS_COPY_THREADS override them
 DEFAULT_THREADS = {True: (256, 128), False: (288, 96)}
 
-_state = jit_bounded(gdn_ws_state_kernel, WS_LAUNCH_BOUNDS)
 
 
 def _state_signatures():
@@ -112,26 +111,37 @@ def run_with(plan: GdnPlan, stream, state_name: str, prepare_fn) -> None:
                      s.scr, s.F, np.int32(plan.H), np.int32(plan.K), ws.stage_kp, ws.ncomp)
 
 
-def prepare(plan: GdnPlan, stream) -> None:
-    prepare_with(plan, stream, _state, "chunked_ws")
+def register_ws_variant(name: str, state_name: str, state_kernel, description: str,
+                        defaults=None, cap=None):
+    """Register a ``chunked``-family variant made of chunked_split's pre-pass and the
+    warp-specialised state kernel ``state_kernel`` (this module's arguments, launch bounds
+    and shared layout; :func:`prepare_with`'s ``defaults`` / ``cap``), bitwise against
+    ``chunked``; returns the variant."""
+    jitted = jit_bounded(state_kernel, WS_LAUNCH_BOUNDS)
+
+    def prepare(plan: GdnPlan, stream) -> None:
+        prepare_with(plan, stream, jitted, name, defaults, cap)
+
+    def run(plan: GdnPlan, stream) -> None:
+        run_with(plan, stream, state_name, prepare)
+
+    return _registry.register(_registry.Variant(
+        name=name,
+        family="gdn",
+        description=description,
+        contract="B (GDN prefill), chunked family: bit-identical to chunked",
+        kernels=(_registry.KernelSpec(S.PREP_NAME, gdn_split_prep_kernel, S._prep_signatures()),
+                 _registry.KernelSpec(state_name, state_kernel, _state_signatures(),
+                                      launch_bounds=WS_LAUNCH_BOUNDS)),
+        run=run,
+        supports=S.supports,
+        bitwise_reference="chunked",
+        prepare=prepare,
+    ))
 
 
-def run(plan: GdnPlan, stream) -> None:
-    run_with(plan, stream, STATE_NAME, prepare)
-
-
-VARIANT = _registry.register(_registry.Variant(
-    name="chunked_ws",
-    family="gdn",
-    description="chunked_split's pre-pass, then a warp-specialised state pass: copy warps "
-                "stage the next phase's chunk data in shared memory while the compute "
-                "warps run the current phase (2 barriers per chunk)",
-    contract="B (GDN prefill), chunked family: bit-identical to chunked",
-    kernels=(_registry.KernelSpec(S.PREP_NAME, gdn_split_prep_kernel, S._prep_signatures()),
-             _registry.KernelSpec(STATE_NAME, gdn_ws_state_kernel, _state_signatures(),
-                                  launch_bounds=WS_LAUNCH_BOUNDS)),
-    run=run,
-    supports=S.supports,
-    bitwise_reference="chunked",
-    prepare=prepare,
-))
+VARIANT = register_ws_variant(
+    "chunked_ws", STATE_NAME, gdn_ws_state_kernel,
+    "chunked_split's pre-pass, then a warp-specialised state pass: copy warps stage the next "
+    "phase's chunk data in shared memory while the compute warps run the current phase "
+    "(2 barriers per chunk)")

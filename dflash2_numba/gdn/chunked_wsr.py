@@ -15,18 +15,12 @@ compute thread has one unit in each phase), 288 + 96 when they are not (sm_70's 
 """
 from __future__ import annotations
 
-from .. import _registry
-from .._compat import jit_bounded
-from . import chunked_split as S
 from . import chunked_ws as W
-from ._common import C, GdnPlan
-from ._split_prep import gdn_split_prep_kernel
+from ._common import C
 from ._split_state_wsr import gdn_wsr_state_kernel
 
 STATE_NAME = "gdn_wsr_state"
 DEFAULT_THREADS = {True: (192, 192), False: (288, 96)}
-
-_state = jit_bounded(gdn_wsr_state_kernel, W.WS_LAUNCH_BOUNDS)
 
 
 def units_per_phase(K: int, w: int, stage_kp: bool) -> int:
@@ -36,25 +30,8 @@ def units_per_phase(K: int, w: int, stage_kp: bool) -> int:
     return max(C * ncg, ((K // 4 if stage_kp else K // 2) + C // 2) * ncg)
 
 
-def prepare(plan: GdnPlan, stream) -> None:
-    W.prepare_with(plan, stream, _state, "chunked_wsr", DEFAULT_THREADS, units_per_phase)
-
-
-def run(plan: GdnPlan, stream) -> None:
-    W.run_with(plan, stream, STATE_NAME, prepare)
-
-
-VARIANT = _registry.register(_registry.Variant(
-    name="chunked_wsr",
-    family="gdn",
-    description="chunked_ws with copies loaded a phase before they are stored (carried in "
-                "registers across the barrier) and one equal-length loop per output unit",
-    contract="B (GDN prefill), chunked family: bit-identical to chunked",
-    kernels=(_registry.KernelSpec(S.PREP_NAME, gdn_split_prep_kernel, S._prep_signatures()),
-             _registry.KernelSpec(STATE_NAME, gdn_wsr_state_kernel, W._state_signatures(),
-                                  launch_bounds=W.WS_LAUNCH_BOUNDS)),
-    run=run,
-    supports=S.supports,
-    bitwise_reference="chunked",
-    prepare=prepare,
-))
+VARIANT = W.register_ws_variant(
+    "chunked_wsr", STATE_NAME, gdn_wsr_state_kernel,
+    "chunked_ws with copies loaded a phase before they are stored (carried in registers "
+    "across the barrier) and one equal-length loop per output unit",
+    DEFAULT_THREADS, units_per_phase)
