@@ -68,6 +68,14 @@ class AttentionPlan:
     # the schedule for the device), computed at the first launch and reused
     launch_cache: dict = field(default_factory=dict, repr=False)
 
+    def launch_setup(self, key: str, build):
+        """``build(self)`` the first time ``key`` is asked for, the same object after that:
+        what a variant derives from the plan for its launches, paid once per plan."""
+        got = self.launch_cache.get(key)
+        if got is None:
+            got = self.launch_cache[key] = build(self)
+        return got
+
     def launch(self, stream=None) -> None:
         """Launch the variant's kernels (no checks, no transfers): graph-capturable."""
         self.variant.run(self, self.stream if stream is None else A.resolve_stream(stream))

@@ -440,11 +440,8 @@ def _split_launch(plan):
 
 
 def run(plan, stream) -> None:
-    B, Q, Hq, D = plan.q_shape
-    split = plan.launch_cache.get("tiled.split")
-    if split is None:                    # (views and launcher built once per plan)
-        split = plan.launch_cache["tiled.split"] = _split_launch(plan)
-    name, kern, grid, args = split
+    B, Q, Hq, _ = plan.q_shape
+    name, kern, grid, args = plan.launch_setup("tiled.split", _split_launch)
     launch(name, kern, grid, NT, stream, *args)
     launch("attention.tiled.combine", frozen.combine_kernel, (B, Q, Hq), frozen.THREADS, stream,
            plan.seq_lens, plan.row_lengths, plan.use_rows, plan.splits,

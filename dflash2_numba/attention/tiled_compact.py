@@ -416,10 +416,7 @@ def split_launch(plan, kernels=None, defer_o=None):
 
 def run(plan, stream) -> None:
     B, Q, Hq, _ = plan.q_shape
-    split = plan.launch_cache.get("tiled_compact.split")
-    if split is None:                    # (views, schedule and launcher once per plan)
-        split = plan.launch_cache["tiled_compact.split"] = split_launch(plan)
-    name, kern, grid, args = split
+    name, kern, grid, args = plan.launch_setup("tiled_compact.split", split_launch)
     launch(name, kern, grid, NT, stream, *args)
     launch("attention.tiled_compact.combine", frozen.combine_kernel, (B, Q, Hq), frozen.THREADS,
            stream, plan.seq_lens, plan.row_lengths, plan.use_rows, plan.splits,
