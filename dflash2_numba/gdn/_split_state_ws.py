@@ -177,6 +177,18 @@ def prefetch_chunk_l2(scr, sb, o_w, o_qs, nvh, KC, pt, npt):
 
 
 @_dev
+def ws_regions(KC, w, ln, stage_kp):
+    """Where a warp-specialised state item keeps its chunk data in dynamic shared memory
+    (:func:`ws_floats`' layout) and how it splits the work: ``(off_kp, off_u, off_g, ncg,
+    nch)``, the offsets of Kd | P^T, of the U slice and of the two gamma buffers, the
+    column groups of the item's ``w`` columns and the chunks of its ``ln`` tokens."""
+    off_kp = OFF_WQ + 2 * KC
+    off_u = off_kp + ((KC + C * C) if stage_kp != 0 else 0)
+    off_g = off_u + C * VS
+    return off_kp, off_u, off_g, w // 4, (ln + C - 1) // C
+
+
+@_dev
 def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,
                   ncomp, sm):
     """Steps 6-8 of chunked for work item ``it`` over every chunk of its sequence; threads
@@ -186,11 +198,7 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
     nthr = cuda.blockDim.x
     n, hv, c0, w, bb, bos, ln, V, KC, sb, o_qs, o_w, o_kd, o_u, o_p, o_g = item_layout(
         o, seqs, items, F, H, K, it)
-    off_kp = OFF_WQ + 2 * KC
-    off_u = off_kp + ((KC + C * C) if stage_kp != 0 else 0)
-    off_g = off_u + C * VS
-    ncg = w // 4
-    nch = (ln + C - 1) // C
+    off_kp, off_u, off_g, ncg, nch = ws_regions(KC, w, ln, stage_kp)
     n4 = KC // 4                             # float4 of W^T (= of qs^T, = of Kd)
     ptid = tid - ncomp                       # copy-thread number (< 0: a compute thread)
     nprod = nthr - ncomp

@@ -38,7 +38,8 @@ from ._split_ops import VS, _dev, block_sync, fma4, ld1, ld4, opaque, pf1, st4
 from ._split_state import (OFF_OQ, OFF_VN, OFF_WQ, item_layout, load_state_slice,
                            prefetch_kd_pt_l1,
                            out_rows_seq, phase1_unit, store_row, store_state_slice)
-from ._split_state_ws import _ug_addr, out_unit_rows, phase2_state_unit, prefetch_chunk_l2
+from ._split_state_ws import (_ug_addr, out_unit_rows, phase2_state_unit, prefetch_chunk_l2,
+                              ws_regions)
 
 _F32 = types.float32        # (the dynamic shared array's dtype, as the simulator wants it)
 BATCH = 8                   # float4 per load batch (explicit variables: registers)
@@ -210,11 +211,7 @@ def make_state_item(out_unit):
         nthr = cuda.blockDim.x
         n, hv, c0, w, bb, bos, ln, V, KC, sb, o_qs, o_w, o_kd, o_u, o_p, o_g = item_layout(
             o, seqs, items, F, H, K, it)
-        off_kp = OFF_WQ + 2 * KC
-        off_u = off_kp + ((KC + C * C) if stage_kp != 0 else 0)
-        off_g = off_u + C * VS
-        ncg = w // 4
-        nch = (ln + C - 1) // C
+        off_kp, off_u, off_g, ncg, nch = ws_regions(KC, w, ln, stage_kp)
         n4 = KC // 4
         nq = K // 4 if stage_kp != 0 else K // 2  # phase-2 state units per column group
         ns = nq * ncg
