@@ -48,26 +48,39 @@ def read_rows(path):
     return rows[start], rows[start + 1:]
 
 
+def _stretch(first):
+    return dict(first=first, n=0, executed=0.0, samples=0.0, wavefronts=0.0,
+                wavefronts_ideal=0.0, stalls=collections.Counter(), ops=collections.Counter())
+
+
+def _add(cur, r, ix, stall_cols):
+    """Add instruction row ``r`` to the sums of stretch ``cur``; returns its opcode."""
+    op = _opcode(r[ix["Source"]])
+    ex = _num(r[ix[EXECUTED]])
+    cur["n"] += 1
+    cur["executed"] += ex
+    cur["samples"] += _num(r[ix[SAMPLES]])
+    cur["wavefronts"] += _num(r[ix[WAVEFRONTS]]) if WAVEFRONTS in ix else 0.0
+    cur["wavefronts_ideal"] += _num(r[ix[WAVEFRONTS_IDEAL]]) if WAVEFRONTS_IDEAL in ix else 0.0
+    for c in stall_cols:
+        cur["stalls"][c[len("stall_"):]] += _num(r[ix[c]])
+    cur["ops"][op] += ex
+    return op
+
+
+def _columns(header):
+    return ({h: i for i, h in enumerate(header)},
+            [h for h in header if h.startswith("stall_") and "Not Issued" not in h])
+
+
 def segments(header, rows):
     """One dict per stretch of instructions ending at (and including) a BAR instruction."""
-    ix = {h: i for i, h in enumerate(header)}
-    stall_cols = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
+    ix, stall_cols = _columns(header)
     out, cur = [], None
     for r in rows:
         if cur is None:
-            cur = dict(first=r[ix["Address"]], n=0, executed=0.0, samples=0.0, wavefronts=0.0,
-                       wavefronts_ideal=0.0, stalls=collections.Counter(), ops=collections.Counter())
-        op = _opcode(r[ix["Source"]])
-        ex = _num(r[ix[EXECUTED]])
-        cur["n"] += 1
-        cur["executed"] += ex
-        cur["samples"] += _num(r[ix[SAMPLES]])
-        cur["wavefronts"] += _num(r[ix[WAVEFRONTS]]) if WAVEFRONTS in ix else 0.0
-        cur["wavefronts_ideal"] += _num(r[ix[WAVEFRONTS_IDEAL]]) if WAVEFRONTS_IDEAL in ix else 0.0
-        for c in stall_cols:
-            cur["stalls"][c[len("stall_"):]] += _num(r[ix[c]])
-        cur["ops"][op] += ex
-        if op == "BAR":
+            cur = _stretch(r[ix["Address"]])
+        if _add(cur, r, ix, stall_cols) == "BAR":
             cur["last"] = r[ix["Address"]]
             out.append(cur)
             cur = None
@@ -81,9 +94,9 @@ _BRA_TARGET = re.compile(r"\bBRA\s+(?:`\()?(0x[0-9a-fA-F]+)")
 
 def loops(header, rows):
     """One dict per backward branch (a loop, innermost and outer alike): the stretch from
-    its target to the branch, with the same sums as :func:`segments`, and the offsets of
-    both ends from the kernel's first instruction."""
-    ix = {h: i for i, h in enumerate(header)}
+    its target to the branch, barriers inside included, with the sums of
+    :func:`segments`, and the offsets of both ends from the kernel's first instruction."""
+    ix, stall_cols = _columns(header)
     addr = []
     for r in rows:
         try:
@@ -100,16 +113,11 @@ def loops(header, rows):
         t = int(m.group(1), 16)
         if t > addr[i] or t not in pos:
             continue
-        body = segments(header, rows[pos[t]:i + 1])
-        merged = dict(first=f"+{t - base:#x}", last=f"+{addr[i] - base:#x}", n=0, executed=0.0,
-                      samples=0.0, wavefronts=0.0, wavefronts_ideal=0.0,
-                      stalls=collections.Counter(), ops=collections.Counter())
-        for b in body:              # (a loop may contain barriers: one stretch in all)
-            for k in ("n", "executed", "samples", "wavefronts", "wavefronts_ideal"):
-                merged[k] += b[k]
-            merged["stalls"].update(b["stalls"])
-            merged["ops"].update(b["ops"])
-        out.append(merged)
+        lp = _stretch(f"+{t - base:#x}")
+        lp["last"] = f"+{addr[i] - base:#x}"
+        for body_row in rows[pos[t]:i + 1]:
+            _add(lp, body_row, ix, stall_cols)
+        out.append(lp)
     return out
 
 
