@@ -141,4 +141,4 @@ def lean_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
 FORMS = {"pipelined": pipelined_out_unit, "two_loop": two_loop_out_unit,
          "lean": lean_out_unit,
          "store_only": store_only_out_unit, "loop_only": loop_only_out_unit}
-EXACT_FORMS = ("pipelined", "two_loop", "lean")   # chunked's bytes
+EXACT_FORMS = ("pipelined", "two_loop", "lean")   # chunked's bytes (the tests run these)

@@ -16,13 +16,13 @@ def edited_device_function(module, fn_name, edits, new_name, extra=None):
     namespace (plus the function's closure variables and ``extra``), and the function
     ``new_name`` it defines returned as a numba device function, with that namespace."""
     fn = getattr(module, fn_name)
-    src = textwrap.dedent(inspect.getsource(fn.py_func if hasattr(fn, "py_func") else fn))
+    py = fn.py_func if hasattr(fn, "py_func") else fn
+    src = textwrap.dedent(inspect.getsource(py))
     src = "\n".join(line for line in src.split("\n") if not line.startswith("@"))
     for old, new in edits:
         if src.count(old) != 1:
             raise RuntimeError(f"{fn_name} changed; cannot apply: {old[:60]!r}")
         src = src.replace(old, new)
-    py = fn.py_func if hasattr(fn, "py_func") else fn
     namespace = dict(py.__globals__)     # (the defining module's: a factory may live elsewhere)
     namespace.update(inspect.getclosurevars(py).nonlocals)   # (a factory-made function's)
     namespace.update(extra or {})
