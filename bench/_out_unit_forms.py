@@ -97,7 +97,7 @@ def loop_only_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
     b = ld4(sm, OFF_OQ + ib * VS + c4)
     b, d1, d2 = upd_h(sm, off_pt + ib, C, sm, OFF_VN + c4, b, b, b, ib + 1, 1)
     s = (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
-    if s[0] + s[1] + s[2] + s[3] == 1234.5:
+    if s[0] + s[1] + s[2] + s[3] == np.float32(1234.5):     # (an FP32 compare)
         store_row(o, bb, t0 + ib, hv, c0 + c4, s)
 
 
