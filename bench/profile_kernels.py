@@ -6,7 +6,8 @@ Modes
   ``gdn``       at the per-rank GDN shape (B=1, H=4, HV=12, K=V=128, FP16, T from --T):
                 for each of ``--variants``, byte equality with the frozen ``chunked``
                 (output and final state) and the CUDA-event median of the whole call (and of
-                the pre-pass / state pass alone for ``chunked_split`` and ``chunked_ws``);
+                the pre-pass / state pass alone for ``chunked_split`` and the warp-specialised
+                variants); ``chunked_smprep``'s pre-pass alone at each ``--smprep-threads``;
                 then ``chunked_split``'s state pass under each ``--sweep`` entry
                 ``COLSxTHREADSxSTAGE_KP`` (e.g. ``12x288x1,12x288x0``) and ``chunked_ws``'s
                 under each ``--ws-sweep`` entry ``COLSxCOMPUTExCOPYxSTAGE_KP`` (byte-checked).
@@ -102,6 +103,20 @@ def split_launchers(call):
     return prep, state_pass_launcher(call, S._state)
 
 
+def ws_prep_launcher(call):
+    """The pre-pass kernel of a planned warp-specialised call alone (its own kernel, grid,
+    block and dynamic shared memory, as ``chunked_ws.run_with`` launches it)."""
+    from dflash2_numba._compat import exact_fp32
+
+    p, s = call.plan, call.plan.scratch
+
+    def go():
+        with exact_fp32():
+            s.prep_kernel[s.nslots * p.H, s.prep_threads, 0](
+                p.q, p.k, p.v, p.g, p.beta, s.chunks, s.scr, s.F, p.scale, p.use_l2)
+    return go
+
+
 def ws_state_launcher(call):
     """The state kernel of a planned warp-specialised call (``chunked_ws``,
     ``chunked_wsr``) alone."""
@@ -167,7 +182,22 @@ def mode_gdn(args, inputs):
             rows.append(dict(what=f"{name} state only", cols=s.cols, comp=int(s.ws.ncomp),
                              copy=s.ws.ncopy, kp=int(s.ws.stage_kp),
                              ms=event_median_ms(ws_state_launcher(call), args.reps, args.inner)))
-            log(rows[-1])
+            rows.append(dict(what=f"{name} pre-pass only", threads=s.prep_threads,
+                             ms=event_median_ms(ws_prep_launcher(call), args.reps, args.inner)))
+            log(rows[-2:])
+    from dflash2_numba.gdn import chunked_smprep as SP
+    saved_sp = SP.PREP_THREADS
+    for thr in [int(e) for e in args.smprep_threads.split(",") if e]:
+        SP.PREP_THREADS = thr
+        c2 = plan("chunked_smprep")
+        c2.launch()
+        cuda.synchronize()
+        vo, vs = (host(x) for x in c2.results())
+        rows.append(dict(what="chunked_smprep pre-pass only", threads=c2.plan.scratch.prep_threads,
+                         bitwise=vo.tobytes() == ro.tobytes() and vs.tobytes() == rs.tobytes(),
+                         ms=event_median_ms(ws_prep_launcher(c2), args.reps, args.inner)))
+        log(rows[-1])
+    SP.PREP_THREADS = saved_sp
     saved = (S.COLS, S.STATE_THREADS, S.STAGE_KP, W.COPY_THREADS)
     for entry in [e for e in args.sweep.split(",") if e]:
         cols, thr, kp = (int(x) for x in entry.split("x"))
@@ -322,6 +352,8 @@ def main(argv=None):
     ap.add_argument("--sweep", default="", help="state-pass configurations COLSxTHREADSxSTAGE_KP")
     ap.add_argument("--ws-sweep", default="",
                     help="chunked_ws state-pass configurations COLSxCOMPUTExCOPYxSTAGE_KP")
+    ap.add_argument("--smprep-threads", default="",
+                    help="gdn mode: chunked_smprep pre-pass thread counts to time, e.g. 128,256")
     ap.add_argument("--variants", default="chunked_split,chunked_ws,chunked_pipe",
                     help="gdn mode: the variants checked byte for byte and timed")
     ap.add_argument("--clock-chunks", default="256:264",

@@ -111,7 +111,7 @@ def test_fp32_output_and_state(variant, name):
 
 
 @pytest.mark.parametrize("name", CASE_PARAMS)
-@pytest.mark.parametrize("variant", ["chunked_wsr", "chunked_wsr_two_loop"])
+@pytest.mark.parametrize("variant", ["chunked_wsr", "chunked_wsr_two_loop", "chunked_smprep"])
 def test_twelve_column_plan(monkeypatch, variant, name):
     """chunked_wsr / chunked_wsr_two_loop with the H200's plan (twelve-column items, Kd /
     P^T staged, so the staged output units run; the simulator's default plan takes
@@ -183,7 +183,8 @@ KNOB_RUNS = [("chunked_split", 12, 7), ("chunked_split", 4, 128), ("chunked_pipe
              # chunked_wsr: 7 compute threads (units take turns) + 32 copy threads, each
              # carrying 18 float4 and copying the rest directly; 100 + 32 at w = 4
              ("chunked_wsr", 12, 7), ("chunked_wsr", 4, 100),
-             ("chunked_wsr_two_loop", 12, 7), ("chunked_wsr_two_loop", 4, 100)]
+             ("chunked_wsr_two_loop", 12, 7), ("chunked_wsr_two_loop", 4, 100),
+             ("chunked_smprep", 12, 7)]
 
 
 @pytest.mark.parametrize("variant,cols,threads", KNOB_RUNS)
@@ -205,7 +206,7 @@ def test_launch_knobs_do_not_change_bits(monkeypatch, variant, cols, threads):
 
 @pytest.mark.parametrize("stage_kp", ["0", "1"])
 @pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws", "chunked_wsr",
-                                     "chunked_wsr_two_loop"])
+                                     "chunked_wsr_two_loop", "chunked_smprep"])
 def test_state_staging_does_not_change_bits(monkeypatch, variant, stage_kp):
     """The staged state passes (chunked_split, chunked_ws, chunked_wsr) with and without
     Kd / P^T staged in shared memory (the device's shared-memory size picks one at plan
@@ -226,6 +227,8 @@ ROUTES = {"chunked_split": ({"gdn_split_prep": 1, "gdn_split_state": 1}, {"gdn_s
           "chunked_wsr": ({"gdn_split_prep": 1, "gdn_wsr_state": 1}, {"gdn_wsr_state": 1}),
           "chunked_wsr_two_loop": ({"gdn_split_prep": 1, "gdn_wsr_two_loop_state": 1},
                                    {"gdn_wsr_two_loop_state": 1}),
+          "chunked_smprep": ({"gdn_smem_prep": 1, "gdn_wsr_two_loop_state": 1},
+                             {"gdn_wsr_two_loop_state": 1}),
           # one chunk per group on the simulator: groups 0 .. 1, launches 0 .. 2 (the first
           # pre-pass only, the last state only); empty sequences: one state launch
           "chunked_pipe": ({"gdn_split_pipe": 2}, {"gdn_split_pipe": 1})}

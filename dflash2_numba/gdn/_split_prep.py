@@ -246,6 +246,192 @@ def wu_step(Xs, Ts, px, pt, w0, w1, w2, w3):
 
 
 @_dev
+def value_head_tri(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nthr):
+    """Steps 1 (value-head part) to 4 of chunked for one value head of a chunk: a_j / beta_j
+    into ``ga`` / ``bs`` (``gv`` / ``bv``: the head's g / beta from the chunk's first token,
+    token stride ``HV``), the decay rows D, ``P^T`` and ``gamma`` to the slot (``sv`` at
+    ``o_p`` / ``o_g``), A in place of D, ``ga_i = beta_i * gamma_i``, and ``T = (I + A)^-1``
+    in ``Ts`` (A's lower triangle, T^T in the upper one), from ``S | G^T`` in ``Ms``. A
+    CTA-wide call (it has barriers; the last one after the solve)."""
+    # ---- chunked step 1, value-head part: a_j = E(min(g, 0)), beta_j
+    j = tid
+    while j < L:
+        gt = ldx(gv, j * HV)
+        if gt > ZERO:
+            gt = ZERO
+        st1(ga, j, F32(math.exp(gt)))
+        st1(bs, j, ldx(bv, j * HV))
+        j += nthr
+    cuda.syncthreads()
+
+    # ---- chunked step 2: decay rows, backwards from the diagonal (D in Ts's lower
+    # triangle); its last row again, the same chain, into dl by thread C % nthr (idle
+    # in the row loop when there are more than C threads)
+    i = tid
+    while i < L:
+        ri = i * TS
+        st1(Ts, ri + i, ONE)
+        p = ONE
+        j = i - 1
+        while j >= 0:
+            p = p * ld1(ga, j + 1)
+            st1(Ts, ri + j, p)
+            j -= 1
+        st1(gm, i, p * ld1(ga, 0))
+        i += nthr
+    if tid == C % nthr:
+        p = ONE
+        st1(dl, L - 1, ONE)
+        j = L - 2
+        while j >= 0:
+            p = p * ld1(ga, j + 1)
+            st1(dl, j, p)
+            j -= 1
+    cuda.syncthreads()
+
+    # ---- chunked step 3: P = S * D (to the slot, transposed); A = (G * beta_i) * D in
+    # place of D (lower triangle); gamma. One thread per (row i, parity of j); then
+    # ga_i = beta_i * gamma_i, the factor of X (ga is not read again as a_j).
+    u = tid
+    while u < 2 * C:
+        i = u & (C - 1)
+        if i < L:
+            ri = i * TS
+            mi = i * CP1
+            bi = ld1(bs, i)
+            pc = view(sv, o_p + i)                  # column i of P^T
+            j = u >> LOG_C
+            while j < i:
+                dij = ld1(Ts, ri + j)
+                stx(pc, j * C, ld1(Ms, mi + j) * dij)
+                st1(Ts, ri + j, (ld1(Ms, j * CP1 + i) * bi) * dij)
+                j += 2
+            if j == i:
+                stx(pc, i * C, ld1(Ms, mi + i) * ld1(Ts, ri + i))
+            if u < C:
+                gmi = ld1(gm, i)
+                stx(sv, o_g + i, gmi)
+                st1(ga, i, bi * gmi)
+        u += nthr
+    cuda.syncthreads()
+
+    # ---- chunked step 4: T = (I + A)^-1. One thread per column mm; its rows in
+    # ascending order, four at a time (independent chains over the common j range, then
+    # the triangular tail). T_im needs only A (lower triangle, row i) and its own
+    # column's earlier entries T_jm, kept transposed in the upper triangle (row mm).
+    mm = tid
+    while mm < L - 1:
+        rm = mm * TS
+        i = mm + 1
+        while i + 3 < L:
+            r0 = i * TS
+            r1 = r0 + TS
+            r2 = r1 + TS
+            r3 = r2 + TS
+            a0 = -ld1(Ts, r0 + mm)
+            a1 = -ld1(Ts, r1 + mm)
+            a2 = -ld1(Ts, r2 + mm)
+            a3 = -ld1(Ts, r3 + mm)
+            j = mm + 1
+            while j < i:
+                tj = ld1(Ts, rm + j)
+                a0 = cuda.fma(-ld1(Ts, r0 + j), tj, a0)
+                a1 = cuda.fma(-ld1(Ts, r1 + j), tj, a1)
+                a2 = cuda.fma(-ld1(Ts, r2 + j), tj, a2)
+                a3 = cuda.fma(-ld1(Ts, r3 + j), tj, a3)
+                j += 1
+            st1(Ts, rm + i, a0)
+            a1 = cuda.fma(-ld1(Ts, r1 + i), a0, a1)
+            st1(Ts, rm + i + 1, a1)
+            a2 = cuda.fma(-ld1(Ts, r2 + i), a0, a2)
+            a2 = cuda.fma(-ld1(Ts, r2 + i + 1), a1, a2)
+            st1(Ts, rm + i + 2, a2)
+            a3 = cuda.fma(-ld1(Ts, r3 + i), a0, a3)
+            a3 = cuda.fma(-ld1(Ts, r3 + i + 1), a1, a3)
+            a3 = cuda.fma(-ld1(Ts, r3 + i + 2), a2, a3)
+            st1(Ts, rm + i + 3, a3)
+            i += 4
+        while i < L:
+            ri = i * TS
+            t = -ld1(Ts, ri + mm)
+            j = mm + 1
+            while j < i:
+                t = cuda.fma(-ld1(Ts, ri + j), ld1(Ts, rm + j), t)
+                j += 1
+            st1(Ts, rm + i, t)
+            i += 1
+        mm += nthr
+    cuda.syncthreads()
+
+
+
+@_dev
+def wu_tile(Xs, xs, Ts, i0, c4):
+    """The 4 x 4 W / U tile at rows ``i0 .. i0+3``, slab columns ``c4 .. c4+3`` (slab ``Xs``
+    with row stride ``xs``; T^T in ``Ts``): entry (i, c) is ``X_ic`` then ``fma(T_ij, X_jc,
+    .)`` for j = 0 .. i-1 ascending (chunked's chain). Returns the four rows."""
+    px = i0 * xs + c4
+    w0 = ld4(Xs, px)
+    w1 = ld4(Xs, px + xs)
+    w2 = ld4(Xs, px + 2 * xs)
+    w3 = ld4(Xs, px + 3 * xs)
+    px = c4
+    pt = i0
+    j = 0
+    while j < i0:                    # i0 is a multiple of 4: 4 steps a trip
+        w0, w1, w2, w3 = wu_step(Xs, Ts, px, pt, w0, w1, w2, w3)
+        w0, w1, w2, w3 = wu_step(Xs, Ts, px + xs, pt + TS, w0, w1, w2, w3)
+        w0, w1, w2, w3 = wu_step(Xs, Ts, px + 2 * xs, pt + 2 * TS, w0, w1, w2, w3)
+        w0, w1, w2, w3 = wu_step(Xs, Ts, px + 3 * xs, pt + 3 * TS, w0, w1, w2, w3)
+        px += 4 * xs
+        pt += 4 * TS
+        j += 4
+    # the triangular tail: row i0 + r takes j < i0 + r
+    x = ld4(Xs, px)
+    tc = ld4(Ts, pt)
+    w1 = fma4(tc[1], x, w1)
+    w2 = fma4(tc[2], x, w2)
+    w3 = fma4(tc[3], x, w3)
+    x = ld4(Xs, px + xs)
+    tc = ld4(Ts, pt + TS)
+    w2 = fma4(tc[2], x, w2)
+    w3 = fma4(tc[3], x, w3)
+    x = ld4(Xs, px + 2 * xs)
+    tc = ld4(Ts, pt + 2 * TS)
+    w3 = fma4(tc[3], x, w3)
+    return w0, w1, w2, w3
+
+
+@_dev
+def store_wu_tile(sv, is_w, o, V, L, i0, w0, w1, w2, w3):
+    """A W / U tile (rows ``i0 .. i0+3``; rows ``>= L`` are dropped) into the slot ``sv`` at
+    ``o``: ``is_w``: W^T (``o`` = its column's entry ``i0``, 16-byte stores of the tile's
+    columns), else U (``o`` = entry ``(i0, c)``, row stride ``V``)."""
+    if is_w:
+        wv = view(sv, o)
+        if i0 + 3 < L:
+            st4x(wv, 0, (w0[0], w1[0], w2[0], w3[0]))
+            st4x(wv, C, (w0[1], w1[1], w2[1], w3[1]))
+            st4x(wv, 2 * C, (w0[2], w1[2], w2[2], w3[2]))
+            st4x(wv, 3 * C, (w0[3], w1[3], w2[3], w3[3]))
+        else:
+            store_col4(wv, 0, w0)
+            if i0 + 1 < L:
+                store_col4(wv, 1, w1)
+            if i0 + 2 < L:
+                store_col4(wv, 2, w2)
+    else:
+        uv = view(sv, o)
+        st4x(uv, 0, w0)
+        if i0 + 1 < L:
+            st4x(uv, V, w1)
+        if i0 + 2 < L:
+            st4x(uv, 2 * V, w2)
+        if i0 + 3 < L:
+            st4x(uv, 3 * V, w3)
+
+
+@_dev
 def prep_item(q, k, v, g, beta, chunks, scr, F, scale, use_l2, slot, hq,
               Ms, Ts, Xs, ga, bs, gm, dl, rk, rq):
     """Steps 1-5 of chunked for chunk slot ``slot`` and q/k head ``hq`` (every value head
@@ -354,115 +540,7 @@ def prep_item(q, k, v, g, beta, chunks, scr, F, scale, use_l2, slot, hq,
         o_p = i32(o_p)
         o_g = i32(o_g)
 
-        # ---- chunked step 1, value-head part: a_j = E(min(g, 0)), beta_j
-        j = tid
-        while j < L:
-            gt = ldx(gv, j * HV)
-            if gt > ZERO:
-                gt = ZERO
-            st1(ga, j, F32(math.exp(gt)))
-            st1(bs, j, ldx(bv, j * HV))
-            j += nthr
-        cuda.syncthreads()
-
-        # ---- chunked step 2: decay rows, backwards from the diagonal (D in Ts's lower
-        # triangle); its last row again, the same chain, into dl by thread C % nthr (idle
-        # in the row loop when there are more than C threads)
-        i = tid
-        while i < L:
-            ri = i * TS
-            st1(Ts, ri + i, ONE)
-            p = ONE
-            j = i - 1
-            while j >= 0:
-                p = p * ld1(ga, j + 1)
-                st1(Ts, ri + j, p)
-                j -= 1
-            st1(gm, i, p * ld1(ga, 0))
-            i += nthr
-        if tid == C % nthr:
-            p = ONE
-            st1(dl, L - 1, ONE)
-            j = L - 2
-            while j >= 0:
-                p = p * ld1(ga, j + 1)
-                st1(dl, j, p)
-                j -= 1
-        cuda.syncthreads()
-
-        # ---- chunked step 3: P = S * D (to the slot, transposed); A = (G * beta_i) * D in
-        # place of D (lower triangle); gamma. One thread per (row i, parity of j); then
-        # ga_i = beta_i * gamma_i, the factor of X (ga is not read again as a_j).
-        u = tid
-        while u < 2 * C:
-            i = u & (C - 1)
-            if i < L:
-                ri = i * TS
-                mi = i * CP1
-                bi = ld1(bs, i)
-                pc = view(sv, o_p + i)                  # column i of P^T
-                j = u >> LOG_C
-                while j < i:
-                    dij = ld1(Ts, ri + j)
-                    stx(pc, j * C, ld1(Ms, mi + j) * dij)
-                    st1(Ts, ri + j, (ld1(Ms, j * CP1 + i) * bi) * dij)
-                    j += 2
-                if j == i:
-                    stx(pc, i * C, ld1(Ms, mi + i) * ld1(Ts, ri + i))
-                if u < C:
-                    gmi = ld1(gm, i)
-                    stx(sv, o_g + i, gmi)
-                    st1(ga, i, bi * gmi)
-            u += nthr
-        cuda.syncthreads()
-
-        # ---- chunked step 4: T = (I + A)^-1. One thread per column mm; its rows in
-        # ascending order, four at a time (independent chains over the common j range, then
-        # the triangular tail). T_im needs only A (lower triangle, row i) and its own
-        # column's earlier entries T_jm, kept transposed in the upper triangle (row mm).
-        mm = tid
-        while mm < L - 1:
-            rm = mm * TS
-            i = mm + 1
-            while i + 3 < L:
-                r0 = i * TS
-                r1 = r0 + TS
-                r2 = r1 + TS
-                r3 = r2 + TS
-                a0 = -ld1(Ts, r0 + mm)
-                a1 = -ld1(Ts, r1 + mm)
-                a2 = -ld1(Ts, r2 + mm)
-                a3 = -ld1(Ts, r3 + mm)
-                j = mm + 1
-                while j < i:
-                    tj = ld1(Ts, rm + j)
-                    a0 = cuda.fma(-ld1(Ts, r0 + j), tj, a0)
-                    a1 = cuda.fma(-ld1(Ts, r1 + j), tj, a1)
-                    a2 = cuda.fma(-ld1(Ts, r2 + j), tj, a2)
-                    a3 = cuda.fma(-ld1(Ts, r3 + j), tj, a3)
-                    j += 1
-                st1(Ts, rm + i, a0)
-                a1 = cuda.fma(-ld1(Ts, r1 + i), a0, a1)
-                st1(Ts, rm + i + 1, a1)
-                a2 = cuda.fma(-ld1(Ts, r2 + i), a0, a2)
-                a2 = cuda.fma(-ld1(Ts, r2 + i + 1), a1, a2)
-                st1(Ts, rm + i + 2, a2)
-                a3 = cuda.fma(-ld1(Ts, r3 + i), a0, a3)
-                a3 = cuda.fma(-ld1(Ts, r3 + i + 1), a1, a3)
-                a3 = cuda.fma(-ld1(Ts, r3 + i + 2), a2, a3)
-                st1(Ts, rm + i + 3, a3)
-                i += 4
-            while i < L:
-                ri = i * TS
-                t = -ld1(Ts, ri + mm)
-                j = mm + 1
-                while j < i:
-                    t = cuda.fma(-ld1(Ts, ri + j), ld1(Ts, rm + j), t)
-                    j += 1
-                st1(Ts, rm + i, t)
-                i += 1
-            mm += nthr
-        cuda.syncthreads()
+        value_head_tri(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nthr)
 
         # ---- chunked step 5: W = X + T X (X = kn * (beta * gamma)) and U = Y + T Y
         # (Y = v * beta), j ascending, in slabs of SW columns; 4 x 4 tiles. T_{i0+r, j} for
@@ -476,57 +554,13 @@ def prep_item(q, k, v, g, beta, chunks, scr, F, scale, use_l2, slot, hq,
                 ti = u >> 3
                 c4 = 4 * (u & 7)
                 i0 = 4 * ti
-                px = i0 * XS + c4
-                w0 = ld4(Xs, px)
-                w1 = ld4(Xs, px + XS)
-                w2 = ld4(Xs, px + 2 * XS)
-                w3 = ld4(Xs, px + 3 * XS)
-                px = c4
-                pt = i0
-                j = 0
-                while j < i0:                    # i0 is a multiple of 4: 4 steps a trip
-                    w0, w1, w2, w3 = wu_step(Xs, Ts, px, pt, w0, w1, w2, w3)
-                    w0, w1, w2, w3 = wu_step(Xs, Ts, px + XS, pt + TS, w0, w1, w2, w3)
-                    w0, w1, w2, w3 = wu_step(Xs, Ts, px + 2 * XS, pt + 2 * TS, w0, w1, w2, w3)
-                    w0, w1, w2, w3 = wu_step(Xs, Ts, px + 3 * XS, pt + 3 * TS, w0, w1, w2, w3)
-                    px += 4 * XS
-                    pt += 4 * TS
-                    j += 4
-                # the triangular tail: row i0 + r takes j < i0 + r
-                x = ld4(Xs, px)
-                tc = ld4(Ts, pt)
-                w1 = fma4(tc[1], x, w1)
-                w2 = fma4(tc[2], x, w2)
-                w3 = fma4(tc[3], x, w3)
-                x = ld4(Xs, px + XS)
-                tc = ld4(Ts, pt + TS)
-                w2 = fma4(tc[2], x, w2)
-                w3 = fma4(tc[3], x, w3)
-                x = ld4(Xs, px + 2 * XS)
-                tc = ld4(Ts, pt + 2 * TS)
-                w3 = fma4(tc[3], x, w3)
+                w0, w1, w2, w3 = wu_tile(Xs, XS, Ts, i0, c4)
                 if sl < nsk:
-                    wv = view(sv, o_w + (sl * SW + c4) * C + i0)
-                    if i0 + 3 < L:
-                        st4x(wv, 0, (w0[0], w1[0], w2[0], w3[0]))
-                        st4x(wv, C, (w0[1], w1[1], w2[1], w3[1]))
-                        st4x(wv, 2 * C, (w0[2], w1[2], w2[2], w3[2]))
-                        st4x(wv, 3 * C, (w0[3], w1[3], w2[3], w3[3]))
-                    else:
-                        store_col4(wv, 0, w0)
-                        if i0 + 1 < L:
-                            store_col4(wv, 1, w1)
-                        if i0 + 2 < L:
-                            store_col4(wv, 2, w2)
+                    store_wu_tile(sv, True, o_w + (sl * SW + c4) * C + i0, V, L, i0,
+                                  w0, w1, w2, w3)
                 else:
-                    uv = view(sv, o_u + i0 * V + (sl - nsk) * SW + c4)
-                    st4x(uv, 0, w0)
-                    if i0 + 1 < L:
-                        st4x(uv, V, w1)
-                    if i0 + 2 < L:
-                        st4x(uv, 2 * V, w2)
-                    if i0 + 3 < L:
-                        st4x(uv, 3 * V, w3)
+                    store_wu_tile(sv, False, o_u + i0 * V + (sl - nsk) * SW + c4, V, L, i0,
+                                  w0, w1, w2, w3)
                 u += nthr
             cuda.syncthreads()
 

@@ -26,7 +26,9 @@ are worth more than the last 32 compute threads (which then take a second phase-
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
@@ -75,12 +77,37 @@ def _threads(plan: GdnPlan, w: int, stage_kp: bool, defaults=None, cap=None):
     return ncomp, ncopy
 
 
-def prepare_with(plan: GdnPlan, stream, kernel, name: str, defaults=None, cap=None) -> None:
+@dataclass(frozen=True)
+class PrePass:
+    """The pre-pass kernel of a warp-specialised variant: chunked_split's arguments and
+    scratch layout, one CTA per (chunk slot, q/k head). ``threads()``: threads a CTA;
+    ``smem(K)``: bytes of dynamic shared memory (0: static arrays only)."""
+    name: str
+    pyfunc: Callable
+    kernel: Any
+    threads: Callable[[], int]
+    smem: Callable[[int], int]
+    launch_bounds: Optional[Tuple[int, int]] = None
+
+    def spec(self) -> _registry.KernelSpec:
+        return _registry.KernelSpec(self.name, self.pyfunc, S._prep_signatures(),
+                                    launch_bounds=self.launch_bounds)
+
+
+SPLIT_PREP = PrePass(S.PREP_NAME, gdn_split_prep_kernel, S._prep, lambda: S.PREP_THREADS,
+                     lambda K: 0)
+
+
+def prepare_with(plan: GdnPlan, stream, kernel, name: str, defaults=None, cap=None,
+                 prep: PrePass = SPLIT_PREP) -> None:
     """Plan time of a warp-specialised variant (``kernel``: its jitted state kernel, with
-    this module's arguments and shared layout): chunked_split's tables and scratch, then
-    the state kernel configuration in ``plan.scratch.ws`` (launches allocate nothing:
-    CUDA-graph capturable)."""
+    this module's arguments and shared layout): chunked_split's tables and scratch, the
+    pre-pass launch (``prep``), then the state kernel configuration in ``plan.scratch.ws``
+    (launches allocate nothing: CUDA-graph capturable)."""
     s = S.prepare_scratch(plan, stream)
+    nbytes = prep.smem(plan.K)
+    s.prep_kernel = DynShared(prep.kernel, nbytes) if nbytes else prep.kernel
+    s.prep_threads = prep.threads()
     stage_kp = S.stage_kp_choice(ws_floats(plan.K, True))
     ncomp, ncopy = _threads(plan, s.cols, stage_kp, defaults, cap)
     smem = 4 * ws_floats(plan.K, stage_kp)
@@ -94,15 +121,16 @@ def prepare_with(plan: GdnPlan, stream, kernel, name: str, defaults=None, cap=No
     plan.scratch = s
 
 
-def run_with(plan: GdnPlan, stream, state_name: str, prepare_fn) -> None:
-    """chunked_split's pre-pass, then the warp-specialised state kernel ``state_name``."""
+def run_with(plan: GdnPlan, stream, state_name: str, prepare_fn,
+             prep: PrePass = SPLIT_PREP) -> None:
+    """The pre-pass ``prep``, then the warp-specialised state kernel ``state_name``."""
     if plan.n_items == 0:
         return
     if plan.scratch is None or not hasattr(plan.scratch, "ws"):
         prepare_fn(plan, stream)
     s = plan.scratch
     if s.nslots:
-        _registry.launch(S.PREP_NAME, S._prep, s.nslots * plan.H, s.prep_threads, stream,
+        _registry.launch(prep.name, s.prep_kernel, s.nslots * plan.H, s.prep_threads, stream,
                          plan.q, plan.k, plan.v, plan.g, plan.beta, s.chunks, s.scr, s.F,
                          plan.scale, plan.use_l2)
     ws = s.ws
@@ -112,29 +140,29 @@ def run_with(plan: GdnPlan, stream, state_name: str, prepare_fn) -> None:
 
 
 def register_ws_variant(name: str, state_name: str, state_kernel, description: str,
-                        defaults=None, cap=None):
-    """Register a ``chunked``-family variant made of chunked_split's pre-pass and the
-    warp-specialised state kernel ``state_kernel`` (this module's arguments, launch bounds
-    and shared layout; :func:`prepare_with`'s ``defaults`` / ``cap``), bitwise against
-    ``chunked``; returns the variant."""
+                        defaults=None, cap=None, prep: PrePass = SPLIT_PREP, supports=None):
+    """Register a ``chunked``-family variant made of the pre-pass ``prep`` (by default
+    chunked_split's) and the warp-specialised state kernel ``state_kernel`` (this module's
+    arguments, launch bounds and shared layout; :func:`prepare_with`'s ``defaults`` /
+    ``cap``), bitwise against ``chunked``; returns the variant."""
     jitted = jit_bounded(state_kernel, WS_LAUNCH_BOUNDS)
 
     def prepare(plan: GdnPlan, stream) -> None:
-        prepare_with(plan, stream, jitted, name, defaults, cap)
+        prepare_with(plan, stream, jitted, name, defaults, cap, prep)
 
     def run(plan: GdnPlan, stream) -> None:
-        run_with(plan, stream, state_name, prepare)
+        run_with(plan, stream, state_name, prepare, prep)
 
     return _registry.register(_registry.Variant(
         name=name,
         family="gdn",
         description=description,
         contract="B (GDN prefill), chunked family: bit-identical to chunked",
-        kernels=(_registry.KernelSpec(S.PREP_NAME, gdn_split_prep_kernel, S._prep_signatures()),
+        kernels=(prep.spec(),
                  _registry.KernelSpec(state_name, state_kernel, _state_signatures(),
                                       launch_bounds=WS_LAUNCH_BOUNDS)),
         run=run,
-        supports=S.supports,
+        supports=supports or S.supports,
         bitwise_reference="chunked",
         prepare=prepare,
     ))
