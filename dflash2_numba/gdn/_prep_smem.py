@@ -6,8 +6,8 @@ Every value is produced by the same operation on the same operands as in
 :mod:`._split_prep` (whose rounding argument :mod:`.chunked_split` writes down), hence as in
 chunked. What moves is only where values live and which thread computes them:
 
-* q and k of the chunk are read from global memory once (coalesced, four loads in flight a
-  thread) and widened into shared memory *transposed* (``kt[m, j]`` / ``qt[m, j]``, row
+* q and k of the chunk are read from global memory once (L1 prefetches first, then
+  coalesced loads, four in flight a thread) and widened into shared memory *transposed* (``kt[m, j]`` / ``qt[m, j]``, row
   stride TS = C + 4): ``_split_prep`` reads them three times from global memory (norms,
   kn / qs, every k slab of every value head) and G / S from a global kn^T / qs^T.
 * Row norms: ``ss = fma(x_m, x_m, ss)``, m ascending from 0, then ``1 / sqrt(ss + eps)``
@@ -20,7 +20,8 @@ chunked. What moves is only where values live and which thread computes them:
 * Step 5 in slabs of 64 columns of ``[X | Y]`` (X = kn * (beta * gamma) from kt, its Kd on
   the way; Y = v * beta from global memory), 4 x 4 W / U tiles (:func:`._split_prep.wu_tile`:
   the same chain, j ascending), stored by :func:`._split_prep.store_wu_tile`.
-* Steps 1-4 of each value head are :func:`._split_prep.value_head_tri` itself.
+* Steps 1-4 of each value head are :func:`._split_prep.value_head_tri` itself; before them
+  the head's v rows are prefetched into L1 (no value effect), for its Y slabs.
 
 Shared memory (one dynamic array, floats; :func:`smem_floats`): kt ``[K][TS]``; region B
 ``[max(K, 2C)][TS]`` holding qt until G / S are done, then D -> A / T^T (``[C][TS]``) and the
@@ -38,7 +39,7 @@ from ._common import C, EPS, F32, ONE, ZERO
 from ._split_ops import N_MS, TS, _dev, fma4, ld1, ld4
 from ._split_prep import (store_gs_row, store_wu_tile, tri_decode, value_head_tri,
                           wu_tile)
-from ._split_prep_io import i32, ldx, st1, st4x, stx, view
+from ._split_prep_io import i32, ldx, pfx1, st1, st4x, stx, view
 
 if SIMULATOR:
     # (a CTA-wide device function of another module: the simulator binds its barrier per
@@ -297,6 +298,19 @@ def stage_xy(kt, vv, rsv, sl, K, V, L, sv, o_kd, Xs, dl, ga, bs, tid, nthr):
 
 
 @_dev
+def prefetch_rows(xv, rs, W, L, tid, nthr):
+    """L1 prefetches of rows ``j < L`` (``W`` elements from ``xv + j * rs``; one per 32
+    elements: every line of an FP32 row, every line twice of an FP16 one), so that the
+    loads that follow find L1 instead of one DRAM round trip per trip of their loop (no
+    value is touched)."""
+    lp = i32(log2_width(W) - 5)                      # pieces of 32 a row: 1, 2 or 4
+    e = i32(tid)
+    while e < (L << lp):
+        pfx1(xv, (e >> lp) * rs + ((e & ((1 << lp) - 1)) << 5))
+        e += nthr
+
+
+@_dev
 def wu_slab(Xs, Ts, sl, K, V, L, sv, o_w, o_u, tid, nthr):
     """The W / U tiles of slab ``sl``: unit u is rows ``4 (u >> 4) ..``, slab columns
     ``4 (u & 15) ..``; W^T for k columns, U for v columns."""
@@ -358,6 +372,8 @@ def gdn_smem_prep_kernel(q, k, v, g, beta, chunks, scr, F, scale, use_l2):
     Ki = i32(K)
     Vi = i32(V)
 
+    prefetch_rows(kv, rsk, Ki, L, tid, nthr)
+    prefetch_rows(qv, rsk, Ki, L, tid, nthr)
     stage_qk_t(kv, qv, rsk, Ki, L, kt, qt, tid, nthr)
     cuda.syncthreads()
     row_norms(kt, qt, Ki, L, use_l2, rk, rq, tid, nthr)
@@ -381,6 +397,7 @@ def gdn_smem_prep_kernel(q, k, v, g, beta, chunks, scr, F, scale, use_l2):
         o_p = i32(o_w + 2 * KC + C * V)             # P^T [C][C]
         o_g = i32(o_w + 2 * KC + C * V + C * C)     # gamma [C]
         o_w = i32(o_w)
+        prefetch_rows(vv, rsv, Vi, L, tid, nthr)
         value_head_tri(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nthr)
         for sl in range(nsl):
             stage_xy(kt, vv, rsv, sl, Ki, Vi, L, sv, o_kd, Xs, dl, ga, bs, tid, nthr)

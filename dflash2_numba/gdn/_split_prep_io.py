@@ -11,6 +11,8 @@ instructions, with 32-bit offsets.
   ``np.float32(x)`` gives), ``ld4x`` / ``st4x`` (16-byte, float32), ``stx``: element
   ``off`` of such a view, as ld/st.global, ``0 <= off < 2**31`` (the offset is truncated
   to 32 bits; no wraparound logic).
+* ``pfx1(a, off)``: ``prefetch.global.L1`` of the line holding element ``off`` of such a
+  view (no value; a no-op on the simulator).
 * ``st1(a, i, x)``: ``a[i] = x`` for a 1-D float32 (shared) array without wraparound (the
   store counterpart of ``_split_ops.ld1``).
 * ``i32(x)``: ``x`` as an int32 (for index arithmetic the caller knows fits in 32 bits; it
@@ -45,6 +47,9 @@ if SIMULATOR:
 
     def i32(x):
         return x
+
+    def pfx1(a, off):
+        pass
 
 else:
     from llvmlite import ir
@@ -162,6 +167,22 @@ else:
             return context.make_tuple(builder, rty, vals)
 
         return signature(rty, a, off), codegen
+
+    @intrinsic
+    def pfx1(typingctx, a, off):
+        """``prefetch.global.L1`` of the line holding element ``off`` of such a view (float16
+        / float32; no register result, no effect on any value)."""
+        if not (_flat1(a, _IN) and isinstance(off, ntypes.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            p = _at(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I64]),
+                               "prefetch.global.L1 [$0];", "l", side_effect=True)
+            builder.call(asm, [builder.ptrtoint(p, _I64)])
+            return context.get_dummy_value()
+
+        return signature(ntypes.none, a, off), codegen
 
     @intrinsic
     def st1(typingctx, a, i, x):
