@@ -20,11 +20,8 @@ chunked. What moves is only where values live and which thread computes them:
 * Step 5 in slabs of 64 columns of ``[X | Y]`` (X = kn * (beta * gamma) from kt, its Kd on
   the way; Y = v * beta from global memory), 4 x 4 W / U tiles (:func:`._split_prep.wu_tile`:
   the same chain, j ascending), stored by :func:`._split_prep.store_wu_tile`.
-* Steps 1-3 of each value head are :func:`._split_prep.value_head_ap` itself; before them
+* Steps 1-4 of each value head are :func:`._split_prep.value_head_tri` itself; before them
   the head's v rows are prefetched into L1 (no value effect), for its Y slabs.
-* Step 4, the forward substitution, by blocks of 16 rows (:func:`solve_blocked`): every
-  entry keeps chunked's chain; the work of the first columns, which bounds _split_prep's
-  one-thread-a-column solve, is spread over the CTA.
 
 Shared memory (one dynamic array, floats; :func:`smem_floats`): kt ``[K][TS]``; region B
 ``[max(K, 2C)][TS]`` holding qt until G / S are done, then D -> A / T^T (``[C][TS]``) and the
@@ -40,14 +37,14 @@ from numba import types
 from .._compat import SIMULATOR, cuda
 from ._common import C, EPS, F32, ONE, ZERO
 from ._split_ops import N_MS, TS, _dev, fma4, ld1, ld4
-from ._split_prep import (store_gs_row, store_wu_tile, tri_decode, value_head_ap,
+from ._split_prep import (store_gs_row, store_wu_tile, tri_decode, value_head_tri,
                           wu_tile)
 from ._split_prep_io import i32, ldx, pfx1, st1, st4x, stx, view
 
 if SIMULATOR:
     # (a CTA-wide device function of another module: the simulator binds its barrier per
     # kernel module, so it runs as a simulated device function; see chunked_pipe)
-    value_head_ap = cuda.jit(device=True)(value_head_ap)
+    value_head_tri = cuda.jit(device=True)(value_head_tri)
 
 XW = 64                 # columns of [X | Y] per slab
 LOG_XW = 6
@@ -300,96 +297,6 @@ def stage_xy(kt, vv, rsv, sl, K, V, L, sv, o_kd, Xs, dl, ga, bs, tid, nthr):
             e += s
 
 
-SB = 16                 # rows a block of the blocked forward substitution
-LOG_SB = 4
-
-
-@_dev
-def solve_blocked(Ts, L, tid, nthr):
-    """Step 4 of chunked, ``T = (I + A)^-1``, by blocks of SB rows: A in ``Ts``' lower
-    triangle, T^T into its upper one (T_im at ``m * TS + i``), every entry by chunked's chain
-    ``t = -A_im; for j = m+1 .. i-1 ascending: t = fma(-A_ij, T_jm, t)``.
-
-    For block b (rows ``i in [SB b, SB b + SB)``): first every entry of the block's rows in
-    the columns ``m < SB b`` runs its chain over ``j < SB b`` (those T_jm are final), one
-    thread an entry, the partial sum parked at T_im's place; then one thread a column
-    ``m < min(SB b + SB, L) - 1`` takes the block's rows in ascending order, four at a time
-    as :func:`._split_prep.solve_columns` does, continuing each chain (or starting it, for
-    ``m`` inside the block) over ``j in [max(SB b, m+1), i)``.
-    The chains are chunked's in order and operands; the critical path is about a block's
-    triangle plus one partial pass per block instead of a whole column."""
-    nb = (L + SB - 1) >> LOG_SB
-    for b in range(nb):
-        r0 = b << LOG_SB
-        r1 = min(r0 + SB, L)
-        if b > 0:                                   # partial chains over j < r0
-            u = i32(tid)
-            while u < (r0 << LOG_SB):
-                i = r0 + (u & (SB - 1))
-                m = u >> LOG_SB
-                if i < r1:
-                    ri = i * TS
-                    rm = m * TS
-                    t = -ld1(Ts, ri + m)
-                    j = m + 1
-                    while j < r0:
-                        t = cuda.fma(-ld1(Ts, ri + j), ld1(Ts, rm + j), t)
-                        j += 1
-                    st1(Ts, rm + i, t)
-                u += nthr
-            cuda.syncthreads()
-        m = i32(tid)
-        while m < r1 - 1:                           # the block's rows, column by column
-            rm = m * TS
-            jlo = max(r0, m + 1)
-            i = jlo
-            while i + 3 < r1:                       # four rows: the common j range, then
-                q0 = i * TS                         # the triangle (as solve_columns)
-                q1 = q0 + TS
-                q2 = q1 + TS
-                q3 = q2 + TS
-                if m < r0:
-                    a0 = ld1(Ts, rm + i)
-                    a1 = ld1(Ts, rm + i + 1)
-                    a2 = ld1(Ts, rm + i + 2)
-                    a3 = ld1(Ts, rm + i + 3)
-                else:
-                    a0 = -ld1(Ts, q0 + m)
-                    a1 = -ld1(Ts, q1 + m)
-                    a2 = -ld1(Ts, q2 + m)
-                    a3 = -ld1(Ts, q3 + m)
-                j = jlo
-                while j < i:
-                    tj = ld1(Ts, rm + j)
-                    a0 = cuda.fma(-ld1(Ts, q0 + j), tj, a0)
-                    a1 = cuda.fma(-ld1(Ts, q1 + j), tj, a1)
-                    a2 = cuda.fma(-ld1(Ts, q2 + j), tj, a2)
-                    a3 = cuda.fma(-ld1(Ts, q3 + j), tj, a3)
-                    j += 1
-                st1(Ts, rm + i, a0)
-                a1 = cuda.fma(-ld1(Ts, q1 + i), a0, a1)
-                st1(Ts, rm + i + 1, a1)
-                a2 = cuda.fma(-ld1(Ts, q2 + i), a0, a2)
-                a2 = cuda.fma(-ld1(Ts, q2 + i + 1), a1, a2)
-                st1(Ts, rm + i + 2, a2)
-                a3 = cuda.fma(-ld1(Ts, q3 + i), a0, a3)
-                a3 = cuda.fma(-ld1(Ts, q3 + i + 1), a1, a3)
-                a3 = cuda.fma(-ld1(Ts, q3 + i + 2), a2, a3)
-                st1(Ts, rm + i + 3, a3)
-                i += 4
-            while i < r1:
-                ri = i * TS
-                t = ld1(Ts, rm + i) if m < r0 else -ld1(Ts, ri + m)
-                j = jlo
-                while j < i:
-                    t = cuda.fma(-ld1(Ts, ri + j), ld1(Ts, rm + j), t)
-                    j += 1
-                st1(Ts, rm + i, t)
-                i += 1
-            m += nthr
-        cuda.syncthreads()
-
-
 @_dev
 def prefetch_rows(xv, rs, W, L, tid, nthr):
     """L1 prefetches of rows ``j < L`` (``W`` elements from ``xv + j * rs``; one per 32
@@ -491,8 +398,7 @@ def gdn_smem_prep_kernel(q, k, v, g, beta, chunks, scr, F, scale, use_l2):
         o_g = i32(o_w + 2 * KC + C * V + C * C)     # gamma [C]
         o_w = i32(o_w)
         prefetch_rows(vv, rsv, Vi, L, tid, nthr)
-        value_head_ap(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nthr)
-        solve_blocked(Ts, L, tid, nthr)
+        value_head_tri(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nthr)
         for sl in range(nsl):
             stage_xy(kt, vv, rsv, sl, Ki, Vi, L, sv, o_kd, Xs, dl, ga, bs, tid, nthr)
             cuda.syncthreads()

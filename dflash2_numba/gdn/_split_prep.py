@@ -246,13 +246,13 @@ def wu_step(Xs, Ts, px, pt, w0, w1, w2, w3):
 
 
 @_dev
-def value_head_ap(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nthr):
-    """Steps 1 (value-head part) to 3 of chunked for one value head of a chunk: a_j / beta_j
+def value_head_tri(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nthr):
+    """Steps 1 (value-head part) to 4 of chunked for one value head of a chunk: a_j / beta_j
     into ``ga`` / ``bs`` (``gv`` / ``bv``: the head's g / beta from the chunk's first token,
     token stride ``HV``), the decay rows D, ``P^T`` and ``gamma`` to the slot (``sv`` at
-    ``o_p`` / ``o_g``), A in place of D (``Ts``' lower triangle) and ``ga_i = beta_i *
-    gamma_i``, from ``S | G^T`` in ``Ms``. A CTA-wide call (it has barriers; the last one
-    after step 3)."""
+    ``o_p`` / ``o_g``), A in place of D, ``ga_i = beta_i * gamma_i``, and ``T = (I + A)^-1``
+    in ``Ts`` (A's lower triangle, T^T in the upper one), from ``S | G^T`` in ``Ms``. A
+    CTA-wide call (it has barriers; the last one after the solve)."""
     # ---- chunked step 1, value-head part: a_j = E(min(g, 0)), beta_j
     j = tid
     while j < L:
@@ -315,11 +315,6 @@ def value_head_ap(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nthr
         u += nthr
     cuda.syncthreads()
 
-
-@_dev
-def solve_columns(Ts, L, tid, nthr):
-    """Step 4 of chunked, ``T = (I + A)^-1`` from A in ``Ts``' lower triangle, T^T into its
-    upper one. A CTA-wide call (a barrier at the end)."""
     # ---- chunked step 4: T = (I + A)^-1. One thread per column mm; its rows in
     # ascending order, four at a time (independent chains over the common j range, then
     # the triangular tail). T_im needs only A (lower triangle, row i) and its own
@@ -368,13 +363,6 @@ def solve_columns(Ts, L, tid, nthr):
         mm += nthr
     cuda.syncthreads()
 
-
-@_dev
-def value_head_tri(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nthr):
-    """Steps 1 (value-head part) to 4 of chunked for one value head of a chunk:
-    :func:`value_head_ap`, then :func:`solve_columns` (T in ``Ts``)."""
-    value_head_ap(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nthr)
-    solve_columns(Ts, L, tid, nthr)
 
 
 @_dev
