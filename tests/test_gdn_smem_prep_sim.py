@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import oracle
-from dflash2_numba._compat import cuda
 from dflash2_numba.gdn import chunked_smprep, chunked_split as S
 from dflash2_numba.gdn._common import C
 from dflash2_numba.gdn.api import plan_gdn

@@ -246,12 +246,20 @@ def combine_kernel(seq_lens, row_lengths, use_rows, splits, partial, lse, out):
 
 def run(plan, stream) -> None:
     """Launch split then combine for an :class:`AttentionPlan` on ``stream``."""
-    B, Q, Hq, D = plan.q_shape
+    B, _, Hq, _ = plan.q_shape
     launch("attention.frozen.split", split_kernel, (plan.splits, B, Hq), THREADS, stream,
            plan.q, plan.k_cache, plan.v_cache, plan.block_table, plan.seq_lens,
            plan.row_lengths, plan.use_rows, plan.page_size, plan.splits,
            plan.qk_scale, plan.v_scale, plan.decode_table, plan.partial, plan.lse)
-    launch("attention.frozen.combine", combine_kernel, (B, Q, Hq), THREADS, stream,
+    launch_combine(plan, stream, "attention.frozen.combine")
+
+
+def launch_combine(plan, stream, name: str) -> None:
+    """The combine step of ``plan`` (its workspace into its output) on ``stream``, counted
+    under ``name``: the one every attention variant of contract A launches after its
+    split kernel."""
+    B, Q, Hq, _ = plan.q_shape
+    launch(name, combine_kernel, (B, Q, Hq), THREADS, stream,
            plan.seq_lens, plan.row_lengths, plan.use_rows, plan.splits,
            plan.partial, plan.lse, plan.out)
 

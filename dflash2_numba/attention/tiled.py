@@ -440,12 +440,9 @@ def _split_launch(plan):
 
 
 def run(plan, stream) -> None:
-    B, Q, Hq, _ = plan.q_shape
     name, kern, grid, args = plan.launch_setup("tiled.split", _split_launch)
     launch(name, kern, grid, NT, stream, *args)
-    launch("attention.tiled.combine", frozen.combine_kernel, (B, Q, Hq), frozen.THREADS, stream,
-           plan.seq_lens, plan.row_lengths, plan.use_rows, plan.splits,
-           plan.partial, plan.lse, plan.out)
+    frozen.launch_combine(plan, stream, "attention.tiled.combine")
 
 
 def _split_name(D, vec):

@@ -415,12 +415,9 @@ def split_launch(plan, kernels=None, defer_o=None):
 
 
 def run(plan, stream) -> None:
-    B, Q, Hq, _ = plan.q_shape
     name, kern, grid, args = plan.launch_setup("tiled_compact.split", split_launch)
     launch(name, kern, grid, NT, stream, *args)
-    launch("attention.tiled_compact.combine", frozen.combine_kernel, (B, Q, Hq), frozen.THREADS,
-           stream, plan.seq_lens, plan.row_lengths, plan.use_rows, plan.splits,
-           plan.partial, plan.lse, plan.out)
+    frozen.launch_combine(plan, stream, "attention.tiled_compact.combine")
 
 
 VARIANT = register(Variant(

@@ -7,9 +7,10 @@ Every value is produced by the same operation on the same operands as in
 chunked. What moves is only where values live and which thread computes them:
 
 * q and k of the chunk are read from global memory once (L1 prefetches first, then
-  coalesced loads, four in flight a thread) and widened into shared memory *transposed* (``kt[m, j]`` / ``qt[m, j]``, row
-  stride TS = C + 4): ``_split_prep`` reads them three times from global memory (norms,
-  kn / qs, every k slab of every value head) and G / S from a global kn^T / qs^T.
+  coalesced loads, four in flight a thread) and widened into shared memory *transposed*
+  (``kt[m, j]`` / ``qt[m, j]``, row stride TS = C + 4): ``_split_prep`` reads them three
+  times from global memory (norms, kn / qs, every k slab of every value head) and G / S
+  from a global kn^T / qs^T.
 * Row norms: ``ss = fma(x_m, x_m, ss)``, m ascending from 0, then ``1 / sqrt(ss + eps)``
   (one thread per row, all K columns in one chain: the same chain _split_prep splits into
   blocks of 32 through an exact shared-memory round trip).
