@@ -50,7 +50,6 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dflash2_numba as d2  # noqa: E402  (numpy shim before numba)
-from dflash2_numba import _registry  # noqa: E402
 from dflash2_numba.gdn import chunked_split as S  # noqa: E402
 from numba import cuda  # noqa: E402
 
@@ -94,26 +93,15 @@ def host(x):
 
 def split_launchers(call):
     """The two kernels of a planned ``chunked_split`` call, launchable one at a time."""
-    p, s = call.plan, call.plan.scratch
-
-    def prep():
-        _registry.launch(S.PREP_NAME, S._prep, s.nslots * p.H, s.prep_threads, 0,
-                         p.q, p.k, p.v, p.g, p.beta, s.chunks, s.scr, s.F, p.scale, p.use_l2)
-
-    return prep, state_pass_launcher(call, S._state)
+    return prep_launcher(call), state_pass_launcher(call, S._state)
 
 
-def ws_prep_launcher(call):
-    """The pre-pass kernel of a planned warp-specialised call alone (its own kernel, grid,
-    block and dynamic shared memory, as ``chunked_ws.run_with`` launches it)."""
-    from dflash2_numba._compat import exact_fp32
-
-    p, s = call.plan, call.plan.scratch
-
+def prep_launcher(call):
+    """The pre-pass kernel of a planned ``chunked_split`` or warp-specialised call alone
+    (its own kernel, grid, block and dynamic shared memory: ``chunked_split.launch_prep``,
+    as the variant's run launches it)."""
     def go():
-        with exact_fp32():
-            s.prep_kernel[s.nslots * p.H, s.prep_threads, 0](
-                p.q, p.k, p.v, p.g, p.beta, s.chunks, s.scr, s.F, p.scale, p.use_l2)
+        S.launch_prep(call.plan, 0)
     return go
 
 
@@ -183,7 +171,7 @@ def mode_gdn(args, inputs):
                              copy=s.ws.ncopy, kp=int(s.ws.stage_kp),
                              ms=event_median_ms(ws_state_launcher(call), args.reps, args.inner)))
             rows.append(dict(what=f"{name} pre-pass only", threads=s.prep_threads,
-                             ms=event_median_ms(ws_prep_launcher(call), args.reps, args.inner)))
+                             ms=event_median_ms(prep_launcher(call), args.reps, args.inner)))
             log(rows[-2:])
     from dflash2_numba.gdn import chunked_smprep as SP
     saved_sp = SP.PREP_THREADS
@@ -195,7 +183,7 @@ def mode_gdn(args, inputs):
         vo, vs = (host(x) for x in c2.results())
         rows.append(dict(what="chunked_smprep pre-pass only", threads=c2.plan.scratch.prep_threads,
                          bitwise=vo.tobytes() == ro.tobytes() and vs.tobytes() == rs.tobytes(),
-                         ms=event_median_ms(ws_prep_launcher(c2), args.reps, args.inner)))
+                         ms=event_median_ms(prep_launcher(c2), args.reps, args.inner)))
         log(rows[-1])
     SP.PREP_THREADS = saved_sp
     saved = (S.COLS, S.STATE_THREADS, S.STAGE_KP, W.COPY_THREADS)

@@ -56,18 +56,18 @@ def test_state_pass_launcher_runs_the_variants_own_state_kernel(variant):
     _assert_results_are(call, ref)
 
 
-@pytest.mark.parametrize("variant", ["chunked_wsr_two_loop", "chunked_smprep"])
+@pytest.mark.parametrize("variant", ["chunked_split", "chunked_wsr_two_loop", "chunked_smprep"])
 def test_prep_launcher_runs_the_variants_own_pre_pass(variant):
-    """The pre-pass launcher bench/profile_kernels.py times alone (ws_prep_launcher: the
+    """The pre-pass launcher bench/profile_kernels.py times alone (prep_launcher: the
     variant's own pre-pass kernel, threads and shared memory) refills a sentinel-filled
     scratch so that the state pass rewrites the call's bytes."""
-    from bench.profile_kernels import ws_prep_launcher, ws_state_launcher
+    from bench.profile_kernels import prep_launcher, split_launchers, ws_state_launcher
 
     call, ref = _planned_with_sentinels(variant, 70, 9)
     s = call.plan.scratch
     s.scr.copy_to_device(np.full(s.scr.shape, -777.0, np.float32))
-    ws_prep_launcher(call)()
-    ws_state_launcher(call)()
+    prep_launcher(call)()
+    (split_launchers(call)[1] if variant == "chunked_split" else ws_state_launcher(call))()
     _assert_results_are(call, ref)
 
 

@@ -48,7 +48,6 @@ if SIMULATOR:
     value_head_tri = cuda.jit(device=True)(value_head_tri)
 
 XW = 64                 # columns of [X | Y] per slab
-LOG_XW = 6
 XWS = XW + 4            # slab row stride (16-byte rows), the same as TS
 LOG_C = 6
 assert XWS == TS and C == 1 << LOG_C

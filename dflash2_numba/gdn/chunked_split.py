@@ -201,7 +201,17 @@ def prepare_scratch(plan: GdnPlan, stream) -> SimpleNamespace:
     return SimpleNamespace(
         chunks=cuda.to_device(chunks, stream=stream), items=cuda.to_device(items, stream=stream),
         scr=scr, F=np.int32(F), nslots=nslots, n_items=int(items.shape[0]), cols=w,
-        prep_threads=PREP_THREADS)
+        prep_name=PREP_NAME, prep_kernel=_prep, prep_threads=PREP_THREADS)
+
+
+def launch_prep(plan: GdnPlan, stream) -> None:
+    """The planned pre-pass (``plan.scratch``'s kernel, its name, threads and shared
+    memory; one CTA per chunk slot and q/k head) on ``stream``, if there are chunks."""
+    s = plan.scratch
+    if s.nslots:
+        _registry.launch(s.prep_name, s.prep_kernel, s.nslots * plan.H, s.prep_threads, stream,
+                         plan.q, plan.k, plan.v, plan.g, plan.beta, s.chunks, s.scr, s.F,
+                         plan.scale, plan.use_l2)
 
 
 def stage_kp_choice(floats_with_kp: int) -> bool:
@@ -240,11 +250,8 @@ def run(plan: GdnPlan, stream) -> None:
         return
     if plan.scratch is None:
         prepare(plan, stream)
+    launch_prep(plan, stream)
     s = plan.scratch
-    if s.nslots:
-        _registry.launch(PREP_NAME, _prep, s.nslots * plan.H, s.prep_threads, stream,
-                         plan.q, plan.k, plan.v, plan.g, plan.beta, s.chunks, s.scr, s.F,
-                         plan.scale, plan.use_l2)
     _registry.launch(STATE_NAME, s.state_kernel, s.n_items, s.state_threads, stream,
                      plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items,
                      s.scr, s.F, np.int32(plan.H), np.int32(plan.K), s.stage_kp)

@@ -106,6 +106,7 @@ def prepare_with(plan: GdnPlan, stream, kernel, name: str, defaults=None, cap=No
     (launches allocate nothing: CUDA-graph capturable)."""
     s = S.prepare_scratch(plan, stream)
     nbytes = prep.smem(plan.K)
+    s.prep_name = prep.name
     s.prep_kernel = DynShared(prep.kernel, nbytes) if nbytes else prep.kernel
     s.prep_threads = prep.threads()
     stage_kp = S.stage_kp_choice(ws_floats(plan.K, True))
@@ -121,22 +122,30 @@ def prepare_with(plan: GdnPlan, stream, kernel, name: str, defaults=None, cap=No
     plan.scratch = s
 
 
-def run_with(plan: GdnPlan, stream, state_name: str, prepare_fn,
-             prep: PrePass = SPLIT_PREP) -> None:
-    """The pre-pass ``prep``, then the warp-specialised state kernel ``state_name``."""
+def run_with(plan: GdnPlan, stream, state_name: str, prepare_fn) -> None:
+    """The planned pre-pass (``prepare_fn`` chose it), then the warp-specialised state
+    kernel ``state_name``."""
     if plan.n_items == 0:
         return
     if plan.scratch is None or not hasattr(plan.scratch, "ws"):
         prepare_fn(plan, stream)
+    S.launch_prep(plan, stream)
     s = plan.scratch
-    if s.nslots:
-        _registry.launch(prep.name, s.prep_kernel, s.nslots * plan.H, s.prep_threads, stream,
-                         plan.q, plan.k, plan.v, plan.g, plan.beta, s.chunks, s.scr, s.F,
-                         plan.scale, plan.use_l2)
     ws = s.ws
     _registry.launch(state_name, ws.kernel, s.n_items, int(ws.ncomp) + ws.ncopy, stream,
                      plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items,
                      s.scr, s.F, np.int32(plan.H), np.int32(plan.K), ws.stage_kp, ws.ncomp)
+
+
+_JITTED_STATE = {}
+
+
+def _jitted_state(state_kernel):
+    """``state_kernel`` compiled with this module's launch bounds, one dispatcher per Python
+    function (variants that share a state kernel share its compiled code)."""
+    if state_kernel not in _JITTED_STATE:
+        _JITTED_STATE[state_kernel] = jit_bounded(state_kernel, WS_LAUNCH_BOUNDS)
+    return _JITTED_STATE[state_kernel]
 
 
 def register_ws_variant(name: str, state_name: str, state_kernel, description: str,
@@ -145,13 +154,13 @@ def register_ws_variant(name: str, state_name: str, state_kernel, description: s
     chunked_split's) and the warp-specialised state kernel ``state_kernel`` (this module's
     arguments, launch bounds and shared layout; :func:`prepare_with`'s ``defaults`` /
     ``cap``), bitwise against ``chunked``; returns the variant."""
-    jitted = jit_bounded(state_kernel, WS_LAUNCH_BOUNDS)
+    jitted = _jitted_state(state_kernel)
 
     def prepare(plan: GdnPlan, stream) -> None:
         prepare_with(plan, stream, jitted, name, defaults, cap, prep)
 
     def run(plan: GdnPlan, stream) -> None:
-        run_with(plan, stream, state_name, prepare, prep)
+        run_with(plan, stream, state_name, prepare)
 
     return _registry.register(_registry.Variant(
         name=name,
