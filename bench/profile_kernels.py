@@ -8,6 +8,8 @@ Modes
                 (output and final state) and the CUDA-event median of the whole call (and of
                 the pre-pass / state pass alone for ``chunked_split`` and the warp-specialised
                 variants); ``chunked_smprep``'s pre-pass alone at each ``--smprep-threads``;
+                ``chunked_rec``'s three kernels alone, and the variant under each
+                ``--rec-sweep`` entry ``COMPxCOPYxR1xR2`` (its thread and unit-row knobs);
                 then ``chunked_split``'s state pass under each ``--sweep`` entry
                 ``COLSxTHREADSxSTAGE_KP`` (e.g. ``12x288x1,12x288x0``) and ``chunked_ws``'s
                 under each ``--ws-sweep`` entry ``COLSxCOMPUTExCOPYxSTAGE_KP`` (byte-checked).
@@ -173,6 +175,9 @@ def mode_gdn(args, inputs):
             rows.append(dict(what=f"{name} pre-pass only", threads=s.prep_threads,
                              ms=event_median_ms(prep_launcher(call), args.reps, args.inner)))
             log(rows[-2:])
+        if hasattr(call.plan.scratch, "rec"):                # chunked_rec
+            rows += rec_parts(call, name, args)
+    rows += rec_sweep(args, plan, ro, rs)
     from dflash2_numba.gdn import chunked_smprep as SP
     saved_sp = SP.PREP_THREADS
     for thr in [int(e) for e in args.smprep_threads.split(",") if e]:
@@ -213,6 +218,49 @@ def mode_gdn(args, inputs):
                          ms=event_median_ms(ws_state_launcher(c2), 3, 1)))
         log(rows[-1])
     S.COLS, S.STATE_THREADS, S.STAGE_KP, W.COPY_THREADS = saved
+    return rows
+
+
+def rec_parts(call, name, args):
+    """``chunked_rec``'s three kernels of a planned call, each timed alone."""
+    from dflash2_numba.gdn import chunked_rec as RC
+
+    p, s = call.plan, call.plan.scratch
+    rows = []
+    for part, fn in (("pre-pass", lambda: S.launch_prep(p, 0)),
+                     ("recurrence", lambda: RC.launch_state(p, 0)),
+                     ("output", lambda: RC.launch_out(p, 0))):
+        rows.append(dict(what=f"{name} {part} only", cols=s.cols, comp=int(s.rec.ncomp),
+                         copy=s.rec.threads - int(s.rec.ncomp), n1=int(s.rec.n1),
+                         nq=int(s.rec.nq), ms=event_median_ms(fn, args.reps, args.inner)))
+        log(rows[-1])
+    return rows
+
+
+def rec_sweep(args, plan, ro, rs):
+    """``chunked_rec`` under each ``--rec-sweep`` entry ``COMPxCOPYxR1xR2`` (its
+    ``DFLASH2_GDN_REC_THREADS`` / ``_ROWS`` knobs): bytes against ``chunked``, the whole
+    call and each kernel alone."""
+    rows = []
+    saved = {k: os.environ.get(k) for k in ("DFLASH2_GDN_REC_THREADS", "DFLASH2_GDN_REC_ROWS")}
+    for entry in [e for e in args.rec_sweep.split(",") if e]:
+        comp, copy, r1, r2 = (int(x) for x in entry.split("x"))
+        os.environ["DFLASH2_GDN_REC_THREADS"] = f"{comp},{copy}"
+        os.environ["DFLASH2_GDN_REC_ROWS"] = f"{r1},{r2}"
+        c2 = plan("chunked_rec")
+        c2.launch()
+        cuda.synchronize()
+        vo, vs = (host(x) for x in c2.results())
+        rows.append(dict(what=f"chunked_rec {entry}", bitwise=vo.tobytes() == ro.tobytes()
+                         and vs.tobytes() == rs.tobytes(),
+                         ms=event_median_ms(c2.launch, args.reps, args.inner)))
+        log(rows[-1])
+        rows += rec_parts(c2, f"chunked_rec {entry}", args)
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     return rows
 
 
@@ -340,6 +388,8 @@ def main(argv=None):
     ap.add_argument("--sweep", default="", help="state-pass configurations COLSxTHREADSxSTAGE_KP")
     ap.add_argument("--ws-sweep", default="",
                     help="chunked_ws state-pass configurations COLSxCOMPUTExCOPYxSTAGE_KP")
+    ap.add_argument("--rec-sweep", default="",
+                    help="gdn: chunked_rec configurations COMPxCOPYxR1xR2 (e.g. 192x64x1x2)")
     ap.add_argument("--smprep-threads", default="",
                     help="gdn mode: chunked_smprep pre-pass thread counts to time, e.g. 128,256")
     ap.add_argument("--variants", default="chunked_split,chunked_ws,chunked_pipe",

@@ -111,13 +111,14 @@ def test_fp32_output_and_state(variant, name):
 
 
 @pytest.mark.parametrize("name", CASE_PARAMS)
-@pytest.mark.parametrize("variant", ["chunked_wsr", "chunked_wsr_two_loop", "chunked_smprep"])
+@pytest.mark.parametrize("variant", ["chunked_wsr", "chunked_wsr_two_loop", "chunked_smprep",
+                                     "chunked_rec"])
 def test_twelve_column_plan(monkeypatch, variant, name):
-    """chunked_wsr / chunked_wsr_two_loop with the H200's plan (twelve-column items, Kd /
-    P^T staged, so the staged output units run; the simulator's default plan takes
-    four-column items), on every case: the frozen kernel's bytes, including the narrower
-    last item of each value head when 12 does not divide V (here V = 32: items of 12, 12
-    and 8 columns)."""
+    """chunked_wsr / chunked_wsr_two_loop / chunked_smprep with the H200's plan (twelve-
+    column items, Kd / P^T staged, so the staged output units run; the simulator's default
+    plan takes four-column items), and chunked_rec's recurrence with twelve-column items,
+    on every case: the frozen kernel's bytes, including the narrower last item of each
+    value head when 12 does not divide V (here V = 32: items of 12, 12 and 8 columns)."""
     if variant not in VARIANTS:
         pytest.skip(f"{variant} not registered")
     from dflash2_numba.gdn import chunked_split
@@ -126,7 +127,9 @@ def test_twelve_column_plan(monkeypatch, variant, name):
     monkeypatch.setattr(chunked_split, "STAGE_KP", "1")
     call = plan_gdn(**_inputs(name), variant=variant, out_dtype="float32",
                     **CASES[name][1])
-    assert call.plan.scratch.cols == 12 and int(call.plan.scratch.ws.stage_kp) == 1
+    assert call.plan.scratch.cols == 12
+    if variant != "chunked_rec":            # (its recurrence always stages Kd; no P^T)
+        assert int(call.plan.scratch.ws.stage_kp) == 1
     call.launch()
     o, s = (np.asarray(x.copy_to_host()) if hasattr(x, "copy_to_host") else x
             for x in call.results())
@@ -184,7 +187,9 @@ KNOB_RUNS = [("chunked_split", 12, 7), ("chunked_split", 4, 128), ("chunked_pipe
              # carrying 18 float4 and copying the rest directly; 100 + 32 at w = 4
              ("chunked_wsr", 12, 7), ("chunked_wsr", 4, 100),
              ("chunked_wsr_two_loop", 12, 7), ("chunked_wsr_two_loop", 4, 100),
-             ("chunked_smprep", 12, 7)]
+             ("chunked_smprep", 12, 7),
+             # chunked_rec: 7 compute threads (units take turns) + 32 copy threads
+             ("chunked_rec", 12, 7), ("chunked_rec", 4, 100)]
 
 
 @pytest.mark.parametrize("variant,cols,threads", KNOB_RUNS)
@@ -222,6 +227,24 @@ def test_state_staging_does_not_change_bits(monkeypatch, variant, stage_kp):
     _assert_same(s, ref_s, f"{variant} stage_kp={stage_kp}: final state")
 
 
+@pytest.mark.parametrize("rows", ["1,2", "2,4", "1,4", "2,2"])
+def test_rec_unit_rows_do_not_change_bits(monkeypatch, rows):
+    """chunked_rec's phase-1 units of one or two rows and phase-2 state units of two or
+    four rows (``DFLASH2_GDN_REC_ROWS``) run the same chains: the frozen kernel's bytes."""
+    if "chunked_rec" not in VARIANTS:
+        pytest.skip("chunked_rec not registered")
+    monkeypatch.setenv("DFLASH2_GDN_REC_ROWS", rows)
+    ref_o, ref_s = _reference(KNOB_CASE, "float32")
+    call = plan_gdn(**_inputs(KNOB_CASE), variant="chunked_rec", out_dtype="float32")
+    r1, r2 = (int(x) for x in rows.split(","))
+    assert (int(call.plan.scratch.rec.n1), int(call.plan.scratch.rec.nq)) == (64 // r1, 32 // r2)
+    call.launch()
+    o, s = (np.asarray(x.copy_to_host()) if hasattr(x, "copy_to_host") else x
+            for x in call.results())
+    _assert_same(o, ref_o, f"chunked_rec rows={rows}: output")
+    _assert_same(s, ref_s, f"chunked_rec rows={rows}: final state")
+
+
 ROUTES = {"chunked_split": ({"gdn_split_prep": 1, "gdn_split_state": 1}, {"gdn_split_state": 1}),
           "chunked_ws": ({"gdn_split_prep": 1, "gdn_ws_state": 1}, {"gdn_ws_state": 1}),
           "chunked_wsr": ({"gdn_split_prep": 1, "gdn_wsr_state": 1}, {"gdn_wsr_state": 1}),
@@ -229,6 +252,8 @@ ROUTES = {"chunked_split": ({"gdn_split_prep": 1, "gdn_split_state": 1}, {"gdn_s
                                    {"gdn_wsr_two_loop_state": 1}),
           "chunked_smprep": ({"gdn_smem_prep": 1, "gdn_wsr_two_loop_state": 1},
                              {"gdn_wsr_two_loop_state": 1}),
+          "chunked_rec": ({"gdn_smem_prep": 1, "gdn_rec_state": 1, "gdn_chunk_out": 1},
+                          {"gdn_rec_state": 1}),
           # one chunk per group on the simulator: groups 0 .. 1, launches 0 .. 2 (the first
           # pre-pass only, the last state only); empty sequences: one state launch
           "chunked_pipe": ({"gdn_split_pipe": 2}, {"gdn_split_pipe": 1})}

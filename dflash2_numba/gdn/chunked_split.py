@@ -187,17 +187,20 @@ def fit_threads(kernel, args, want: int) -> int:
     return max(32, min(want, (65536 // per_warp) * 32))
 
 
-def prepare_scratch(plan: GdnPlan, stream) -> SimpleNamespace:
+def prepare_scratch(plan: GdnPlan, stream, extra_per_slot: int = 0) -> SimpleNamespace:
     """Plan time, shared with :mod:`.chunked_ws`: the chunk and item tables, the global
-    scratch and the pre-pass configuration."""
+    scratch and the pre-pass configuration. ``extra_per_slot`` floats per chunk slot are
+    appended to the scratch after the slots (from float ``max(slots, 1) * F`` on), for a
+    variant's own per-chunk data."""
     chunks, nslots, items, w = _tables(plan, stream)
     F = slot_floats(plan.H, plan.HV, plan.K, plan.V)
+    nfloats = max(nslots, 1) * F + nslots * extra_per_slot
     if SIMULATOR:
         # (the simulator's uninitialised memory could hold anything; the partial 4-row
         # tiles read rows past L that are never stored, so give them zeros there)
-        scr = cuda.to_device(np.zeros(max(nslots, 1) * F, dtype=np.float32), stream=stream)
+        scr = cuda.to_device(np.zeros(nfloats, dtype=np.float32), stream=stream)
     else:
-        scr = cuda.device_array(max(nslots, 1) * F, dtype=np.float32, stream=stream)
+        scr = cuda.device_array(nfloats, dtype=np.float32, stream=stream)
     return SimpleNamespace(
         chunks=cuda.to_device(chunks, stream=stream), items=cuda.to_device(items, stream=stream),
         scr=scr, F=np.int32(F), nslots=nslots, n_items=int(items.shape[0]), cols=w,

@@ -98,6 +98,15 @@ SPLIT_PREP = PrePass(S.PREP_NAME, gdn_split_prep_kernel, S._prep, lambda: S.PREP
                      lambda K: 0)
 
 
+def plan_prep(s, prep: PrePass, K: int) -> None:
+    """Make ``prep`` the planned pre-pass of scratch ``s`` (:func:`.chunked_split.launch_prep`
+    launches it)."""
+    nbytes = prep.smem(K)
+    s.prep_name = prep.name
+    s.prep_kernel = DynShared(prep.kernel, nbytes) if nbytes else prep.kernel
+    s.prep_threads = prep.threads()
+
+
 def prepare_with(plan: GdnPlan, stream, kernel, name: str, defaults=None, cap=None,
                  prep: PrePass = SPLIT_PREP) -> None:
     """Plan time of a warp-specialised variant (``kernel``: its jitted state kernel, with
@@ -105,10 +114,7 @@ def prepare_with(plan: GdnPlan, stream, kernel, name: str, defaults=None, cap=No
     pre-pass launch (``prep``), then the state kernel configuration in ``plan.scratch.ws``
     (launches allocate nothing: CUDA-graph capturable)."""
     s = S.prepare_scratch(plan, stream)
-    nbytes = prep.smem(plan.K)
-    s.prep_name = prep.name
-    s.prep_kernel = DynShared(prep.kernel, nbytes) if nbytes else prep.kernel
-    s.prep_threads = prep.threads()
+    plan_prep(s, prep, plan.K)
     stage_kp = S.stage_kp_choice(ws_floats(plan.K, True))
     ncomp, ncopy = _threads(plan, s.cols, stage_kp, defaults, cap)
     smem = 4 * ws_floats(plan.K, stage_kp)

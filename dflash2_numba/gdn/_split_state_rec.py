@@ -1,0 +1,205 @@
+"""The sequential pass of variant ``chunked_rec``: only the recurrence of chunked's steps 6
+and 8 (``vn = U - W h``; ``h' = h * gamma_{L-1} + sum_j Kd_j vn_j``), chunk after chunk;
+the output (step 7) is left to a parallel kernel (:mod:`._chunk_output`) that reads what
+this pass writes.
+
+It is :mod:`._split_state_wsr`'s warp-specialised pass (compute warps and copy warps, two
+barriers per chunk, copies loaded a phase ahead and carried in registers) with the output
+taken out:
+
+* phase 1 (compute): the units of step 6 only (m ascending from 0, ``vn = U - wh``), one
+  row x four columns (``dot_h``, ``64 (w/4)`` units) or two rows x four columns
+  (``phase1_unit``'s W^T product, half as many); no ``qh``;
+* phase 2 (compute): the state units of step 8 only, four rows x four columns
+  (``phase2_state_unit``) or two rows x four columns (``state_rows2``; twice the units for
+  the same chains, ``DFLASH2_GDN_REC_ROWS``); no output units;
+* the copy warps move W^T, Kd, the U slice and gamma (no qs^T, no P^T: 64 KB a chunk
+  instead of 112 KB at K = 128), and write out what the output kernel needs: in phase 1,
+  while nothing writes the state slice, the chunk-start state ``h`` (the state before
+  chunk ``ci``'s update) to ``scr[snap0 + ((slot * HV + hv) * K + m) * V + c]``; in
+  phase 2, while nothing writes vn, this chunk's ``vn`` rows ``i < L`` over the slot's U
+  slice (U has been read: it was staged a phase earlier; each CTA writes only its own
+  columns).
+
+Every value the compute warps produce is made by the same chain as in ``chunked_wsr``
+(same tiles, operands, order and initial values; only the unit count and which thread
+runs a unit change), so the final state is chunked's byte for byte, and ``h`` and ``vn``
+are chunked's chunk-start states and vn: exact FP32 copies.
+
+Dynamic shared memory (floats, :func:`rec_floats`): state slice ``[K][VS]``, vn
+``[C][VS]``, (unused ``[C][VS]``), W^T ``[K][C]``, Kd ``[C][K]``, U slice ``[C][VS]``,
+gamma ``[2][C]``: 81,408 B at K = 128, so sm_70's 96 KB stage Kd too.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import types
+
+from .._compat import cuda
+from ._common import C
+from ._split_ops import VS, _dev, block_sync, ld1, ld4, opaque, st4
+from ._split_state import (OFF_VN, OFF_WQ, dot_h, item_layout, load_state_slice,
+                           phase1_unit, state_rows2, store_state_slice, sub4)
+from ._split_state_ws import phase2_state_unit, prefetch_chunk_l2
+from ._split_state_wsr import (_Z4, copy_ug_rest, load_slots, load_ug, store_region,
+                               store_ug, ug_slot, zero_slots)
+
+_F32 = types.float32        # (the dynamic shared array's dtype, as the simulator wants it)
+I32 = np.int32
+
+
+def rec_floats(K: int) -> int:
+    """Dynamic shared memory of :func:`gdn_rec_state_kernel` in floats."""
+    return OFF_WQ + 2 * K * C + C * VS + 2 * C
+
+
+@_dev
+def rec_regions(KC):
+    """Offsets of Kd, the U slice and the two gamma buffers (:func:`rec_floats`' layout)."""
+    off_kp = OFF_WQ + KC
+    off_u = off_kp + KC
+    return off_kp, off_u, off_u + C * VS
+
+
+@_dev
+def store_rows(dst, base, stride, sm, soff, nrows, ncg, pt, npt):
+    """``dst[base + r * stride + 4g ..] = sm[soff + r * VS + 4g ..]`` for rows ``r < nrows``
+    and the ``ncg`` float4 of a row (16-byte moves, threads ``pt`` of ``npt``)."""
+    e = pt
+    while e < nrows * ncg:
+        r = e // ncg
+        g4 = 4 * (e - r * ncg)
+        st4(dst, base + r * stride + g4, ld4(sm, soff + r * VS + g4))
+        e += npt
+
+
+@_dev
+def rec_phase1_unit(sm, u, n1, ncg, KC, K, off_u, gb):
+    """Phase-1 unit ``u`` (``n1`` units per column group): chunked step 6 (``wh = sum_m
+    W_im h_mc``, m ascending from 0; ``vn = U - wh``) over four columns for one row when
+    ``n1 == C`` (``dot_h``: four chains, one W and one broadcast h load per four fma),
+    else for two rows (``phase1_unit``'s W^T product)."""
+    if n1 == C:
+        g = u // C
+        i = u - g * C
+        c4 = 4 * g
+        a0, a1, a2 = dot_h(sm, OFF_WQ + i, C, sm, c4, K, 1)
+        st4(sm, OFF_VN + i * VS + c4, sub4(ld4(sm, off_u + i * VS + c4), a0))
+    else:
+        phase1_unit(sm, u, ncg, KC, K, sm, off_u, VS, sm, gb)
+
+
+@_dev
+def rec_state_unit(sm, u, nq, off_kp, K, gl, L):
+    """Phase-2 state unit ``u`` (``nq`` units per column group): four rows x four columns
+    when ``nq == K / 4``, else two rows (chunked step 8 on the staged Kd, in place)."""
+    if 4 * nq == K:
+        phase2_state_unit(sm, sm, u, nq, 1, off_kp, 0, K, gl, L)
+    else:
+        g = u // nq
+        state_rows2(sm, sm, 1, off_kp, 0, K, 2 * (u - g * nq), 4 * g, gl, L)
+
+
+@_dev
+def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, it, ncomp,
+                   n1, nq, sm):
+    """Steps 6 and 8 of chunked for work item ``it`` over every chunk of its sequence,
+    writing each chunk's start state and vn for the output kernel (module docstring).
+    Threads ``tid < ncomp`` compute, the others copy. A CTA-wide call: every thread passes
+    the same number of barriers."""
+    tid = cuda.threadIdx.x
+    nthr = cuda.blockDim.x
+    n, hv, c0, w, bb, bos, ln, V, KC, sb, o_qs, o_w, o_kd, o_u, o_p, o_g = item_layout(
+        o, seqs, items, F, H, K, it)
+    off_kp, off_u, off_g = rec_regions(KC)
+    ncg = w // 4
+    nch = (ln + C - 1) // C
+    HV = o.shape[2]
+    load_state_slice(sm, h0, h0_idx[n], hv, c0, K, w, tid, nthr)
+
+    if tid >= ncomp:
+        ptid = I32(tid - ncomp)
+        nprod = I32(nthr - ncomp)
+        n4 = I32(KC // 4)                        # float4 of W^T (= of Kd)
+        cu = I32(c0 + o_u)                       # the U slice's first column in the slot
+        nvh = I32(2 * KC + C * V + C * C + C)    # W^T, Kd, U, P^T, gamma (L2 prefetch)
+        o_w = I32(o_w)
+        o_kd = I32(o_kd)
+        o_g = I32(o_g)
+        V = I32(V)
+        ncg = I32(ncg)
+        KC = I32(KC)
+        KV = np.int64(K * V)
+        # chunk-start states of this item: [slot][hv][K][V], slot = first slot + ci
+        sh = snap0 + (np.int64(items[it, 4]) * HV + hv) * KV + c0
+        shs = np.int64(HV) * KV                  # (one slot further)
+        pf_l2 = c0 == 0                          # one CTA per value head prefetches into L2
+        u0 = ug_slot(ptid, ncg, cu, V, off_u, o_g, off_g)
+        u1 = ug_slot(ptid + nprod, ncg, cu, V, off_u, o_g, off_g)
+        x = zero_slots()
+        xu = (_Z4, _Z4)
+        if nch > 0:
+            if pf_l2 and nch > 1:
+                prefetch_chunk_l2(scr, sb + F, o_w, o_w, nvh, I32(0), ptid, nprod)
+            store_ug(sm, u0, u1, 0, load_ug(scr, sb, u0, u1))
+            copy_ug_rest(sm, scr, sb, ptid + 2 * nprod, nprod, ncg, cu, V, off_u, o_g, off_g, 0)
+            store_region(sm, scr, ptid, nprod, n4, n4, sb + o_w, sb + o_w, OFF_WQ,
+                         load_slots(scr, ptid, nprod, n4, n4, sb + o_w, sb + o_w))
+            x = load_slots(scr, ptid, nprod, n4, n4, sb + o_kd, sb + o_kd)
+        block_sync()
+        for ci in range(nch):
+            L = min(C, ln - ci * C)
+            sn = sb + F
+            # phase 1: this chunk's Kd (carried) into shared memory, the chunk-start state
+            # out, then the loads of the next chunk's W^T / U / gamma
+            ptid = opaque(ptid)
+            if pf_l2 and ci + 2 < nch:
+                prefetch_chunk_l2(scr, sb + 2 * F, o_w, o_w, nvh, I32(0), ptid, nprod)
+            store_region(sm, scr, ptid, nprod, n4, n4, sb + o_kd, sb + o_kd, off_kp, x)
+            store_rows(scr, sh, V, sm, 0, K, ncg, ptid, nprod)
+            x = zero_slots()
+            xu = (_Z4, _Z4)
+            if ci + 1 < nch:
+                xu = load_ug(scr, sn, u0, u1)
+                x = load_slots(scr, ptid, nprod, n4, n4, sn + o_w, sn + o_w)
+            block_sync()
+            # phase 2: the next chunk's W^T / U / gamma (other gamma buffer) into shared
+            # memory, this chunk's vn out (over its U slice), then the next chunk's Kd loads
+            ptid = opaque(ptid)
+            if ci + 1 < nch:
+                store_ug(sm, u0, u1, (ci + 1) & 1, xu)
+                copy_ug_rest(sm, scr, sn, ptid + 2 * nprod, nprod, ncg, cu, V, off_u, o_g,
+                             off_g, (ci + 1) & 1)
+                store_region(sm, scr, ptid, nprod, n4, n4, sn + o_w, sn + o_w, OFF_WQ, x)
+            store_rows(scr, sb + cu, V, sm, OFF_VN, L, ncg, ptid, nprod)
+            x = zero_slots()
+            if ci + 1 < nch:
+                x = load_slots(scr, ptid, nprod, n4, n4, sn + o_kd, sn + o_kd)
+            block_sync()
+            sb += F
+            sh += shs
+    else:
+        block_sync()
+        ns = nq * ncg
+        for ci in range(nch):
+            L = min(C, ln - ci * C)
+            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer
+            # phase 1: chunked step 6 (vn = U - W h), m ascending
+            for u in range(tid, n1 * ncg, ncomp):
+                rec_phase1_unit(sm, u, n1, ncg, KC, K, off_u, gb)
+            block_sync()
+            # phase 2: chunked step 8 (h' = h * gamma_{L-1}, then fma(Kd_jm, vn_jc, h')
+            # for j = 0 .. L-1), in place
+            gl = ld1(sm, gb + L - 1)
+            for u in range(tid, ns, ncomp):
+                rec_state_unit(sm, u, nq, off_kp, K, gl, L)
+            block_sync()
+
+    store_state_slice(hT, hT_idx[n], hv, c0, sm, K, w, tid, nthr)
+
+
+def gdn_rec_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, ncomp,
+                         n1, nq):
+    sm = cuda.shared.array(0, _F32)
+    rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0,
+                   cuda.blockIdx.x, ncomp, n1, nq, sm)

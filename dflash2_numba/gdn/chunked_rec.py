@@ -1,0 +1,171 @@
+"""GDN prefill, ``chunked`` family, optimised variant ``chunked_rec``: bit-identical to the
+frozen :mod:`dflash2_numba.gdn.chunked` kernel (output and final state, every input).
+
+Three kernels: the pre-pass of :mod:`.chunked_smprep` (``gdn_smem_prep``, steps 1-5 for
+every chunk at once), a sequential pass that runs only the recurrence (``gdn_rec_state``,
+:mod:`._split_state_rec`: chunked's steps 6 and 8, ``vn = U - W h`` and the state update,
+writing each chunk's start state and vn), and a parallel output kernel
+(``gdn_chunk_out``, :mod:`._chunk_output`: chunked's step 7 for every chunk and value head
+at once). The output is off the recurrence, so the sequential pass no longer computes
+``qh`` (half of phase 1's fma) nor the output rows (phase 2's longest units), and copies
+64 KB of chunk data a chunk step instead of 112 KB (no qs^T, no P^T).
+
+Why the bits are chunked's: the recurrence runs chunked_wsr's chains unchanged; the chunk-
+start states and vn are exact copies of the values those chains produce; the output
+kernel runs step 7's chains (qh from 0 over m ascending, times gamma_i, then P_ij vn_j for
+j = 0 .. i ascending) on those copies. Only where values live and which thread computes
+them change.
+
+Scratch: :mod:`.chunked_split`'s slots (vn is written over each slot's U, which the
+recurrence has read by then), then the chunk-start states, ``[slot][HV][K][V]`` FP32
+(0.81 GB at the production shape, T = 65536).
+
+Knobs (plan time): ``DFLASH2_GDN_REC_THREADS`` = ``compute,copy`` threads of the
+recurrence CTA (default 192,64, at most 256 in all; whole warps of copy threads),
+``DFLASH2_GDN_REC_ROWS`` = ``r1,r2``, rows of a phase-1 unit (1 or 2) and of a phase-2
+state unit (2 or 4) (default 1,2: 192 units in each phase at twelve columns), and
+chunked_split's ``DFLASH2_GDN_SPLIT_COLS`` (state columns per CTA).
+"""
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import numpy as np
+from numba import types
+
+from .. import _registry
+from .._compat import SIMULATOR, jit_bounded
+from .._dynshared import DynShared
+from . import chunked_split as S
+from . import chunked_ws as W
+from ._chunk_output import gdn_chunk_out_kernel, out_floats, out_threads
+from ._common import C, GdnPlan
+from ._split_state_rec import gdn_rec_state_kernel, rec_floats
+from .chunked_smprep import PREP
+from .chunked_smprep import supports as smprep_supports
+
+STATE_NAME = "gdn_rec_state"
+OUT_NAME = "gdn_chunk_out"
+MAX_THREADS = 256                 # (ptxas allows 203 registers a thread; 320 gets 168)
+STATE_LAUNCH_BOUNDS = (MAX_THREADS, 1)
+OUT_LAUNCH_BOUNDS = (256, 2)
+DEFAULT_THREADS = (192, 64)
+DEFAULT_ROWS = "1,2"
+SIM_THREADS = (32, 32)
+
+_state = jit_bounded(gdn_rec_state_kernel, STATE_LAUNCH_BOUNDS)
+_out = jit_bounded(gdn_chunk_out_kernel, OUT_LAUNCH_BOUNDS)
+
+
+def _arr(dt, nd):
+    return types.Array(dt, nd, "C")
+
+
+def _state_signatures():
+    return tuple(sig[:-1] + (types.int64, types.int32, types.int32, types.int32)  # (no stage_kp)
+                 for sig in S._state_signatures())
+
+
+def _out_signatures():
+    return tuple((_arr(dout, 4), _arr(types.float32, 1), _arr(types.int32, 2), types.int32,
+                  types.int32, types.int32, types.int64)
+                 for dout in (types.float16, types.float32))
+
+
+def knob_threads(plan: GdnPlan):
+    """(compute, copy) threads of the recurrence CTA: ``DFLASH2_GDN_REC_THREADS`` or the
+    default; ``plan.threads`` (the API's ``_threads``) overrides the compute threads."""
+    ncomp, ncopy = SIM_THREADS if SIMULATOR else DEFAULT_THREADS
+    raw = os.environ.get("DFLASH2_GDN_REC_THREADS", "")
+    if raw and not SIMULATOR:
+        ncomp, ncopy = (int(x) for x in raw.split(","))
+    if plan.threads:
+        ncomp = plan.threads
+    ncopy = max(32, (ncopy // 32) * 32)
+    ncomp = max(1, min(MAX_THREADS - ncopy, ncomp))
+    return ncomp, ncopy
+
+
+def knob_units(K: int):
+    """Units per column group of phase 1 and of phase 2, from ``DFLASH2_GDN_REC_ROWS`` =
+    ``r1,r2``, the rows of a phase-1 unit (1 or 2) and of a phase-2 unit (2 or 4):
+    ``(C / r1, K / r2)``."""
+    raw = os.environ.get("DFLASH2_GDN_REC_ROWS", "") or DEFAULT_ROWS
+    r1, r2 = (int(x) for x in raw.split(","))
+    return (C // 2 if r1 == 2 else C), (K // 4 if r2 == 4 else K // 2)
+
+
+def supports(plan: GdnPlan) -> None:
+    smprep_supports(plan)
+
+
+def prepare(plan: GdnPlan, stream) -> None:
+    """Plan time: chunked_split's tables and slots plus the chunk-start states, the pre-pass
+    (``gdn_smem_prep``), and the two other kernels' configurations (launches allocate
+    nothing: CUDA-graph capturable)."""
+    s = S.prepare_scratch(plan, stream, extra_per_slot=plan.HV * plan.K * plan.V)
+    W.plan_prep(s, PREP, plan.K)
+    ncomp, ncopy = knob_threads(plan)
+    n1, nq = knob_units(plan.K)
+    snap0 = np.int64(max(s.nslots, 1) * int(s.F))
+    args = (plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items, s.scr,
+            s.F, np.int32(plan.H), np.int32(plan.K), snap0, np.int32(ncomp), np.int32(n1),
+            np.int32(nq))
+    if S.fit_threads(_state, args, ncomp + ncopy) < ncomp + ncopy:   # pragma: no cover
+        raise RuntimeError(f"chunked_rec: {ncomp} + {ncopy} threads do not fit one SM")
+    s.rec = SimpleNamespace(
+        state=DynShared(_state, 4 * rec_floats(plan.K)), threads=ncomp + ncopy,
+        ncomp=np.int32(ncomp), n1=np.int32(n1), nq=np.int32(nq), snap0=snap0,
+        out=DynShared(_out, 4 * out_floats(plan.K, plan.V)), out_threads=out_threads(plan.V))
+    plan.scratch = s
+
+
+def launch_state(plan: GdnPlan, stream) -> None:
+    """The planned recurrence pass (one CTA per work item)."""
+    s = plan.scratch
+    r = s.rec
+    _registry.launch(STATE_NAME, r.state, s.n_items, r.threads, stream,
+                     plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items,
+                     s.scr, s.F, np.int32(plan.H), np.int32(plan.K), r.snap0, r.ncomp, r.n1,
+                     r.nq)
+
+
+def launch_out(plan: GdnPlan, stream) -> None:
+    """The planned output kernel (one CTA per chunk slot and value head), if there are
+    chunks."""
+    s = plan.scratch
+    r = s.rec
+    if s.nslots:
+        _registry.launch(OUT_NAME, r.out, s.nslots * plan.HV, r.out_threads, stream,
+                         plan.o, s.scr, s.chunks, s.F, np.int32(plan.H), np.int32(plan.K),
+                         r.snap0)
+
+
+def run(plan: GdnPlan, stream) -> None:
+    if plan.n_items == 0:
+        return
+    if plan.scratch is None or not hasattr(plan.scratch, "rec"):
+        prepare(plan, stream)
+    S.launch_prep(plan, stream)
+    launch_state(plan, stream)
+    launch_out(plan, stream)
+
+
+VARIANT = _registry.register(_registry.Variant(
+    name="chunked_rec",
+    family="gdn",
+    description="chunked_smprep's pre-pass, a warp-specialised sequential pass that runs "
+                "only the recurrence (vn = U - W h, the state update; writes chunk-start "
+                "states and vn), then the output of every chunk at once in a parallel kernel",
+    contract="B (GDN prefill), chunked family: bit-identical to chunked",
+    kernels=(PREP.spec(),
+             _registry.KernelSpec(STATE_NAME, gdn_rec_state_kernel, _state_signatures(),
+                                  launch_bounds=STATE_LAUNCH_BOUNDS),
+             _registry.KernelSpec(OUT_NAME, gdn_chunk_out_kernel, _out_signatures(),
+                                  launch_bounds=OUT_LAUNCH_BOUNDS)),
+    run=run,
+    supports=supports,
+    bitwise_reference="chunked",
+    prepare=prepare,
+))
