@@ -28,7 +28,7 @@ from numba import types
 
 from .._compat import cuda
 from ._common import C, ZERO
-from ._split_ops import _dev, fma4, ld1, ld4
+from ._split_ops import _dev, fma4, ld1, ld4, pf2
 from ._split_state import ld4z, scale4, st4z, store_row
 
 _F32 = types.float32
@@ -48,21 +48,38 @@ def out_floats(K: int, V: int) -> int:
 
 
 @_dev
-def stage4(dst, d, src, b, n, tid, nthr):
-    """``dst[d + 4e ..] = src[b + 4e ..]`` for the float4 ``e < n`` (exact copies), four
-    16-byte loads a thread in flight before their stores (few registers: the 32
-    accumulators stay live across the stagings)."""
+def stage8(dst, d, src, b, n, tid, nthr):
+    """``dst[d + 4e ..] = src[b + 4e ..]`` for the float4 ``e < n`` (exact copies), eight
+    16-byte loads a thread in flight before their stores."""
     e = tid
     while e < n:
         x0 = ld4z(src, b, e, n)
         x1 = ld4z(src, b, e + nthr, n)
         x2 = ld4z(src, b, e + 2 * nthr, n)
         x3 = ld4z(src, b, e + 3 * nthr, n)
+        x4 = ld4z(src, b, e + 4 * nthr, n)
+        x5 = ld4z(src, b, e + 5 * nthr, n)
+        x6 = ld4z(src, b, e + 6 * nthr, n)
+        x7 = ld4z(src, b, e + 7 * nthr, n)
         st4z(dst, d, e, n, x0)
         st4z(dst, d, e + nthr, n, x1)
         st4z(dst, d, e + 2 * nthr, n, x2)
         st4z(dst, d, e + 3 * nthr, n, x3)
-        e += 4 * nthr
+        st4z(dst, d, e + 4 * nthr, n, x4)
+        st4z(dst, d, e + 5 * nthr, n, x5)
+        st4z(dst, d, e + 6 * nthr, n, x6)
+        st4z(dst, d, e + 7 * nthr, n, x7)
+        e += 8 * nthr
+
+
+@_dev
+def prefetch_l2(src, b, n, tid, nthr):
+    """``prefetch.global.L2`` of the ``n`` floats from ``src[b]`` (one instruction per
+    128-byte line; no value is touched)."""
+    e = tid
+    while e < (n + 31) // 32:
+        pf2(src, b + 32 * e)
+        e += nthr
 
 
 @_dev
@@ -107,13 +124,18 @@ def gdn_chunk_out_kernel(o, scr, chunks, F, H, K, snap0):
     z = (ZERO, ZERO, ZERO, ZERO)
     a0, a1, a2, a3, b0, b1, b2, b3 = z, z, z, z, z, z, z, z
 
+    # (everything the CTA reads, on its way into L2 while the first slab is staged)
+    prefetch_l2(scr, o_h, K * V, tid, nthr)
+    prefetch_l2(scr, o_qs, KC, tid, nthr)
+    prefetch_l2(scr, o_u, C * V + C * C + C, tid, nthr)
+
     # 1. qh = qs h over slabs of m (qs^T rows at sm[0 ..], h rows at sm[ms * C ..])
     ms = min(SLAB, K)
     hs = ms * C
     for m0 in range(0, K, ms):
         cuda.syncthreads()
-        stage4(sm, 0, scr, o_qs + m0 * C, hs // 4, tid, nthr)
-        stage4(sm, hs, scr, o_h + m0 * V, (ms * V) // 4, tid, nthr)
+        stage8(sm, 0, scr, o_qs + m0 * C, hs // 4, tid, nthr)
+        stage8(sm, hs, scr, o_h + m0 * V, (ms * V) // 4, tid, nthr)
         cuda.syncthreads()
         pq = i0
         ph = hs + c8
@@ -134,8 +156,8 @@ def gdn_chunk_out_kernel(o, scr, chunks, F, H, K, snap0):
 
     # 2. o += P vn, j ascending (P^T at sm[0 ..], vn at sm[C * C ..])
     cuda.syncthreads()
-    stage4(sm, 0, scr, o_p, (C * C) // 4, tid, nthr)
-    stage4(sm, C * C, scr, o_u, (C * V) // 4, tid, nthr)
+    stage8(sm, 0, scr, o_p, (C * C) // 4, tid, nthr)
+    stage8(sm, C * C, scr, o_u, (C * V) // 4, tid, nthr)
     cuda.syncthreads()
     pj = i0
     pv = C * C + c8

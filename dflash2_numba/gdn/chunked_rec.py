@@ -21,9 +21,9 @@ recurrence has read by then), then the chunk-start states, ``[slot][HV][K][V]`` 
 (0.81 GB at the production shape, T = 65536).
 
 Knobs (plan time): ``DFLASH2_GDN_REC_THREADS`` = ``compute,copy`` threads of the
-recurrence CTA (default 192,64, at most 256 in all; whole warps of copy threads),
+recurrence CTA (default 96,128, at most 256 in all; whole warps of copy threads),
 ``DFLASH2_GDN_REC_ROWS`` = ``r1,r2``, rows of a phase-1 unit (1 or 2) and of a phase-2
-state unit (2 or 4) (default 1,2: 192 units in each phase at twelve columns), and
+state unit (2 or 4) (default 2,4: 96 units in each phase at twelve columns), and
 chunked_split's ``DFLASH2_GDN_SPLIT_COLS`` (state columns per CTA).
 """
 from __future__ import annotations
@@ -50,8 +50,8 @@ OUT_NAME = "gdn_chunk_out"
 MAX_THREADS = 256                 # (ptxas allows 203 registers a thread; 320 gets 168)
 STATE_LAUNCH_BOUNDS = (MAX_THREADS, 1)
 OUT_LAUNCH_BOUNDS = (256, 2)
-DEFAULT_THREADS = (192, 64)
-DEFAULT_ROWS = "1,2"
+DEFAULT_THREADS = (96, 128)       # (H200, T = 65536: bench/RESULTS.md, GDN seventh round)
+DEFAULT_ROWS = "2,4"
 SIM_THREADS = (32, 32)
 
 _state = jit_bounded(gdn_rec_state_kernel, STATE_LAUNCH_BOUNDS)
