@@ -11,7 +11,8 @@ tid // 16)`` owns rows ``4 rg .. 4 rg + 3`` x columns ``8 cg .. 8 cg + 7`` of th
    ``o = qh * gamma_i``;
 2. ``o = fma(P_ij, vn_jc, o)`` for j = 0 .. i ascending (P^T and vn staged): j = 0 .. 4 rg
    for the four rows together, then the three tail steps of rows 4 rg + 1 .. 4 rg + 3;
-3. rows ``i < L`` stored with the RNE cast of ``o``'s dtype.
+3. rows ``i < L`` stored with the RNE cast of ``o``'s dtype, through shared memory so
+   that a warp stores consecutive columns of a row.
 
 These are the chains and initial values of chunked's step 7 (and of every state pass of
 the ``chunked`` variants: ``phase1_unit``'s qh, ``out_rows_seq``), on the same operands
@@ -28,8 +29,8 @@ from numba import types
 
 from .._compat import cuda
 from ._common import C, ZERO
-from ._split_ops import _dev, fma4, ld1, ld4, pf2
-from ._split_state import ld4z, scale4, st4z, store_row
+from ._split_ops import _dev, fma4, ld1, ld4, pf2, st4
+from ._split_state import ld4z, scale4, st4z
 
 _F32 = types.float32
 SLAB = 64                    # rows of m staged at a time (qs^T and h)
@@ -42,9 +43,9 @@ def out_threads(V: int) -> int:
 
 
 def out_floats(K: int, V: int) -> int:
-    """Dynamic shared memory of :func:`gdn_chunk_out_kernel` in floats: the larger of one
-    slab of qs^T | h and of P^T | vn."""
-    return max(min(SLAB, K) * (C + V), C * C + C * V)
+    """Dynamic shared memory of :func:`gdn_chunk_out_kernel` in floats: the largest of one
+    slab of qs^T | h, of P^T | vn and of the output tile (rows of V + 4)."""
+    return max(min(SLAB, K) * (C + V), C * C + C * V, C * (V + 4))
 
 
 @_dev
@@ -177,17 +178,23 @@ def gdn_chunk_out_kernel(o, scr, chunks, F, H, K, snap0):
     pv += V
     a3, b3 = tail_step(sm, pj, pv, 3, a3, b3)          # j = i0 + 3: row 3
 
-    # 3. the rows of the chunk
-    t = t0 + i0
-    if i0 < L:
-        store_row(o, bb, t, hv, c8, a0)
-        store_row(o, bb, t, hv, c8 + 4, b0)
-    if i0 + 1 < L:
-        store_row(o, bb, t + 1, hv, c8, a1)
-        store_row(o, bb, t + 1, hv, c8 + 4, b1)
-    if i0 + 2 < L:
-        store_row(o, bb, t + 2, hv, c8, a2)
-        store_row(o, bb, t + 2, hv, c8 + 4, b2)
-    if i0 + 3 < L:
-        store_row(o, bb, t + 3, hv, c8, a3)
-        store_row(o, bb, t + 3, hv, c8 + 4, b3)
+    # 3. the rows i < L of the chunk, through shared memory (rows of V + 4 floats) so that
+    # a warp's global stores cover consecutive columns of a row (coalesced)
+    vp = V + 4
+    cuda.syncthreads()
+    p = i0 * vp + c8
+    st4(sm, p, a0)
+    st4(sm, p + 4, b0)
+    st4(sm, p + vp, a1)
+    st4(sm, p + vp + 4, b1)
+    st4(sm, p + 2 * vp, a2)
+    st4(sm, p + 2 * vp + 4, b2)
+    st4(sm, p + 3 * vp, a3)
+    st4(sm, p + 3 * vp + 4, b3)
+    cuda.syncthreads()
+    rstep = nthr // V
+    i = tid // V
+    c = tid - i * V
+    while i < L:
+        o[bb, t0 + i, hv, c] = sm[i * vp + c]      # (RNE cast to o's dtype, as chunked)
+        i += rstep
