@@ -245,6 +245,30 @@ def test_rec_unit_rows_do_not_change_bits(monkeypatch, rows):
     _assert_same(s, ref_s, f"chunked_rec rows={rows}: final state")
 
 
+def test_rec_chunk_start_states_are_chunked_states():
+    """What chunked_rec's recurrence hands its output kernel: the state at the start of
+    chunk ci (the chunk-start region of the scratch) is, byte for byte, the frozen kernel's
+    final state after the first ci chunks of the same sequence (the initial state for
+    ci = 0), for every value head."""
+    if "chunked_rec" not in VARIANTS:
+        pytest.skip("chunked_rec not registered")
+    case = _case(113, T=150, H=1, HV=2)                 # chunks of 64, 64, 22 tokens
+    call = plan_gdn(**case, variant="chunked_rec", out_dtype="float32")
+    call.launch()
+    s = call.plan.scratch
+    HV, K, V = 2, 32, 32
+    scr = np.asarray(s.scr.copy_to_host())
+    for ci in range(3):
+        got = scr[int(s.rec.snap0) + ci * HV * K * V:][:HV * K * V].reshape(HV, K, V)
+        if ci == 0:
+            want = case["initial_state"][0]
+        else:
+            head = {k: (v[:, :64 * ci] if k in ("q", "k", "v", "g", "beta") else v)
+                    for k, v in case.items()}
+            want = gdn_prefill(**head, variant="chunked", out_dtype="float32")[1][0]
+        _assert_same(got, want, f"chunked_rec: state at the start of chunk {ci}")
+
+
 ROUTES = {"chunked_split": ({"gdn_split_prep": 1, "gdn_split_state": 1}, {"gdn_split_state": 1}),
           "chunked_ws": ({"gdn_split_prep": 1, "gdn_ws_state": 1}, {"gdn_ws_state": 1}),
           "chunked_wsr": ({"gdn_split_prep": 1, "gdn_wsr_state": 1}, {"gdn_wsr_state": 1}),
