@@ -115,7 +115,7 @@ def prepare(plan: GdnPlan, stream) -> None:
     W.plan_prep(s, PREP, plan.K)
     ncomp, ncopy = knob_threads(plan)
     n1, nq = knob_units(plan.K)
-    snap0 = np.int64(max(s.nslots, 1) * int(s.F))
+    snap0 = s.extra0                     # (the chunk-start states follow the slots)
     args = (plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items, s.scr,
             s.F, np.int32(plan.H), np.int32(plan.K), snap0, np.int32(ncomp), np.int32(n1),
             np.int32(nq))

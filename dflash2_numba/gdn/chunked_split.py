@@ -190,11 +190,12 @@ def fit_threads(kernel, args, want: int) -> int:
 def prepare_scratch(plan: GdnPlan, stream, extra_per_slot: int = 0) -> SimpleNamespace:
     """Plan time, shared with :mod:`.chunked_ws`: the chunk and item tables, the global
     scratch and the pre-pass configuration. ``extra_per_slot`` floats per chunk slot are
-    appended to the scratch after the slots (from float ``max(slots, 1) * F`` on), for a
-    variant's own per-chunk data."""
+    appended to the scratch after the slots, from float ``extra0`` on, for a variant's own
+    per-chunk data."""
     chunks, nslots, items, w = _tables(plan, stream)
     F = slot_floats(plan.H, plan.HV, plan.K, plan.V)
-    nfloats = max(nslots, 1) * F + nslots * extra_per_slot
+    extra0 = max(nslots, 1) * F
+    nfloats = extra0 + nslots * extra_per_slot
     if SIMULATOR:
         # (the simulator's uninitialised memory could hold anything; the partial 4-row
         # tiles read rows past L that are never stored, so give them zeros there)
@@ -203,7 +204,8 @@ def prepare_scratch(plan: GdnPlan, stream, extra_per_slot: int = 0) -> SimpleNam
         scr = cuda.device_array(nfloats, dtype=np.float32, stream=stream)
     return SimpleNamespace(
         chunks=cuda.to_device(chunks, stream=stream), items=cuda.to_device(items, stream=stream),
-        scr=scr, F=np.int32(F), nslots=nslots, n_items=int(items.shape[0]), cols=w,
+        scr=scr, F=np.int32(F), extra0=np.int64(extra0), nslots=nslots,
+        n_items=int(items.shape[0]), cols=w,
         prep_name=PREP_NAME, prep_kernel=_prep, prep_threads=PREP_THREADS)
 
 
