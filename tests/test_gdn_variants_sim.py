@@ -227,22 +227,27 @@ def test_state_staging_does_not_change_bits(monkeypatch, variant, stage_kp):
     _assert_same(s, ref_s, f"{variant} stage_kp={stage_kp}: final state")
 
 
+@pytest.mark.parametrize("unit_map", ["il", "cg"])
 @pytest.mark.parametrize("rows", ["1,2", "2,4", "1,4", "2,2"])
-def test_rec_unit_rows_do_not_change_bits(monkeypatch, rows):
+def test_rec_unit_rows_do_not_change_bits(monkeypatch, rows, unit_map):
     """chunked_rec's phase-1 units of one or two rows and phase-2 state units of two or
-    four rows (``DFLASH2_GDN_REC_ROWS``) run the same chains: the frozen kernel's bytes."""
+    four rows (``DFLASH2_GDN_REC_ROWS``), placed on threads with the column groups
+    interleaved or consecutive (``DFLASH2_GDN_REC_MAP``), run the same chains: the frozen
+    kernel's bytes."""
     if "chunked_rec" not in VARIANTS:
         pytest.skip("chunked_rec not registered")
     monkeypatch.setenv("DFLASH2_GDN_REC_ROWS", rows)
+    monkeypatch.setenv("DFLASH2_GDN_REC_MAP", unit_map)
     ref_o, ref_s = _reference(KNOB_CASE, "float32")
     call = plan_gdn(**_inputs(KNOB_CASE), variant="chunked_rec", out_dtype="float32")
     r1, r2 = (int(x) for x in rows.split(","))
     assert (int(call.plan.scratch.rec.n1), int(call.plan.scratch.rec.nq)) == (64 // r1, 32 // r2)
+    assert int(call.plan.scratch.rec.il) == (unit_map == "il")
     call.launch()
     o, s = (np.asarray(x.copy_to_host()) if hasattr(x, "copy_to_host") else x
             for x in call.results())
-    _assert_same(o, ref_o, f"chunked_rec rows={rows}: output")
-    _assert_same(s, ref_s, f"chunked_rec rows={rows}: final state")
+    _assert_same(o, ref_o, f"chunked_rec rows={rows} map={unit_map}: output")
+    _assert_same(s, ref_s, f"chunked_rec rows={rows} map={unit_map}: final state")
 
 
 def test_rec_chunk_start_states_are_chunked_states():

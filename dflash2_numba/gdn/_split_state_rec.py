@@ -36,11 +36,11 @@ import numpy as np
 from numba import types
 
 from .._compat import cuda
-from ._common import C
+from ._common import C, ZERO
 from ._split_ops import VS, _dev, block_sync, ld1, ld4, opaque, st4
-from ._split_state import (OFF_VN, OFF_WQ, dot_h, item_layout, load_state_slice,
-                           phase1_unit, state_rows2, store_state_slice, sub4)
-from ._split_state_ws import phase2_state_unit, prefetch_chunk_l2
+from ._split_state import (OFF_VN, OFF_WQ, dot_h, item_layout, load_state_slice, rows2,
+                           scale4, state_rows2, store_state_slice, sub4)
+from ._split_state_ws import prefetch_chunk_l2, rows4
 from ._split_state_wsr import (_Z4, copy_ug_rest, load_slots, load_ug, store_region,
                                store_ug, ug_slot, zero_slots)
 
@@ -74,35 +74,69 @@ def store_rows(dst, base, stride, sm, soff, nrows, ncg, pt, npt):
 
 
 @_dev
-def rec_phase1_unit(sm, u, n1, ncg, KC, K, off_u, gb):
-    """Phase-1 unit ``u`` (``n1`` units per column group): chunked step 6 (``wh = sum_m
-    W_im h_mc``, m ascending from 0; ``vn = U - wh``) over four columns for one row when
-    ``n1 == C`` (``dot_h``: four chains, one W and one broadcast h load per four fma),
-    else for two rows (``phase1_unit``'s W^T product)."""
-    if n1 == C:
-        g = u // C
-        i = u - g * C
-        c4 = 4 * g
-        a0, a1, a2 = dot_h(sm, OFF_WQ + i, C, sm, c4, K, 1)
-        st4(sm, OFF_VN + i * VS + c4, sub4(ld4(sm, off_u + i * VS + c4), a0))
-    else:
-        phase1_unit(sm, u, ncg, KC, K, sm, off_u, VS, sm, gb)
+def unit_place(u, n, ncg, il):
+    """Where unit ``u`` of a phase works: ``(k, g)``, its index within column group ``g``
+    (``n`` units a group). ``il == 0``: units of one column group are consecutive (a warp
+    covers one group); else the groups are interleaved (``g = u % ncg``), so the lanes of a
+    warp read fewer distinct W^T / Kd words and more columns of the same h / vn row (fewer
+    shared-memory wavefronts a load; the chains are the same)."""
+    if il != 0:
+        k = u // ncg
+        return k, u - k * ncg
+    g = u // n
+    return u - g * n, g
 
 
 @_dev
-def rec_state_unit(sm, u, nq, off_kp, K, gl, L):
-    """Phase-2 state unit ``u`` (``nq`` units per column group): four rows x four columns
-    when ``nq == K / 4``, else two rows (chunked step 8 on the staged Kd, in place)."""
-    if 4 * nq == K:
-        phase2_state_unit(sm, sm, u, nq, 1, off_kp, 0, K, gl, L)
+def rec_phase1_unit(sm, u, n1, ncg, K, off_u, il):
+    """Phase-1 unit ``u`` (``n1`` units per column group, placed by :func:`unit_place`):
+    chunked step 6 (``wh = sum_m W_im h_mc``, m ascending from 0; ``vn = U - wh``) over
+    four columns for one row when ``n1 == C`` (``dot_h``: four chains, one W and one
+    broadcast h load per four fma), else for two rows (``rows2``: the chains of
+    ``phase1_unit``'s W^T product)."""
+    k, g = unit_place(u, n1, ncg, il)
+    c4 = 4 * g
+    if n1 == C:
+        a0, a1, a2 = dot_h(sm, OFF_WQ + k, C, sm, c4, K, 1)
+        st4(sm, OFF_VN + k * VS + c4, sub4(ld4(sm, off_u + k * VS + c4), a0))
     else:
-        g = u // nq
-        state_rows2(sm, sm, 1, off_kp, 0, K, 2 * (u - g * nq), 4 * g, gl, L)
+        r0 = 2 * k
+        z4 = (ZERO, ZERO, ZERO, ZERO)
+        a0, a1 = rows2(sm, OFF_WQ + r0, C, sm, c4, z4, z4, K)
+        pr = r0 * VS + c4
+        pu = off_u + pr
+        st4(sm, OFF_VN + pr, sub4(ld4(sm, pu), a0))
+        st4(sm, OFF_VN + pr + VS, sub4(ld4(sm, pu + VS), a1))
+
+
+@_dev
+def rec_state_unit(sm, u, nq, ncg, off_kp, K, gl, L, il):
+    """Phase-2 state unit ``u`` (``nq`` units per column group, placed by
+    :func:`unit_place`): chunked step 8 on the staged Kd, in place (``h' = h *
+    gamma_{L-1}``, then ``fma(Kd_jm, vn_jc, h')`` for j = 0 .. L-1), four rows x four
+    columns when ``nq == K / 4`` (``rows4``, ``phase2_state_unit``'s chains), else two rows
+    (``state_rows2``)."""
+    k, g = unit_place(u, nq, ncg, il)
+    c4 = 4 * g
+    if 4 * nq == K:
+        m0 = 4 * k
+        ph = m0 * VS + c4
+        a0 = scale4(ld4(sm, ph), gl)
+        a1 = scale4(ld4(sm, ph + VS), gl)
+        a2 = scale4(ld4(sm, ph + 2 * VS), gl)
+        a3 = scale4(ld4(sm, ph + 3 * VS), gl)
+        a0, a1, a2, a3 = rows4(sm, off_kp + m0, K, sm, OFF_VN + c4, a0, a1, a2, a3, L)
+        st4(sm, ph, a0)
+        st4(sm, ph + VS, a1)
+        st4(sm, ph + 2 * VS, a2)
+        st4(sm, ph + 3 * VS, a3)
+    else:
+        state_rows2(sm, sm, 1, off_kp, 0, K, 2 * k, c4, gl, L)
 
 
 @_dev
 def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, it, ncomp,
-                   n1, nq, sm):
+                   n1, nq, il, sm):
     """Steps 6 and 8 of chunked for work item ``it`` over every chunk of its sequence,
     writing each chunk's start state and vn for the output kernel (module docstring).
     Threads ``tid < ncomp`` compute, the others copy. A CTA-wide call: every thread passes
@@ -186,20 +220,20 @@ def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, 
             gb = off_g + (ci & 1) * C            # this chunk's gamma buffer
             # phase 1: chunked step 6 (vn = U - W h), m ascending
             for u in range(tid, n1 * ncg, ncomp):
-                rec_phase1_unit(sm, u, n1, ncg, KC, K, off_u, gb)
+                rec_phase1_unit(sm, u, n1, ncg, K, off_u, il)
             block_sync()
             # phase 2: chunked step 8 (h' = h * gamma_{L-1}, then fma(Kd_jm, vn_jc, h')
             # for j = 0 .. L-1), in place
             gl = ld1(sm, gb + L - 1)
             for u in range(tid, ns, ncomp):
-                rec_state_unit(sm, u, nq, off_kp, K, gl, L)
+                rec_state_unit(sm, u, nq, ncg, off_kp, K, gl, L, il)
             block_sync()
 
     store_state_slice(hT, hT_idx[n], hv, c0, sm, K, w, tid, nthr)
 
 
 def gdn_rec_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, ncomp,
-                         n1, nq):
+                         n1, nq, il):
     sm = cuda.shared.array(0, _F32)
     rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0,
-                   cuda.blockIdx.x, ncomp, n1, nq, sm)
+                   cuda.blockIdx.x, ncomp, n1, nq, il, sm)
