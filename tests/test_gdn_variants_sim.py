@@ -112,7 +112,7 @@ def test_fp32_output_and_state(variant, name):
 
 @pytest.mark.parametrize("name", CASE_PARAMS)
 @pytest.mark.parametrize("variant", ["chunked_wsr", "chunked_wsr_two_loop", "chunked_smprep",
-                                     "chunked_rec"])
+                                     "chunked_rec", "chunked_rec_pipe"])
 def test_twelve_column_plan(monkeypatch, variant, name):
     """chunked_wsr / chunked_wsr_two_loop / chunked_smprep with the H200's plan (twelve-
     column items, Kd / P^T staged, so the staged output units run; the simulator's default
@@ -128,7 +128,7 @@ def test_twelve_column_plan(monkeypatch, variant, name):
     call = plan_gdn(**_inputs(name), variant=variant, out_dtype="float32",
                     **CASES[name][1])
     assert call.plan.scratch.cols == 12
-    if variant != "chunked_rec":            # (its recurrence always stages Kd; no P^T)
+    if not variant.startswith("chunked_rec"):   # (its recurrence always stages Kd; no P^T)
         assert int(call.plan.scratch.ws.stage_kp) == 1
     call.launch()
     o, s = (np.asarray(x.copy_to_host()) if hasattr(x, "copy_to_host") else x
@@ -189,7 +189,7 @@ KNOB_RUNS = [("chunked_split", 12, 7), ("chunked_split", 4, 128), ("chunked_pipe
              ("chunked_wsr_two_loop", 12, 7), ("chunked_wsr_two_loop", 4, 100),
              ("chunked_smprep", 12, 7),
              # chunked_rec: 7 compute threads (units take turns) + 32 copy threads
-             ("chunked_rec", 12, 7), ("chunked_rec", 4, 100)]
+             ("chunked_rec", 12, 7), ("chunked_rec", 4, 100), ("chunked_rec_pipe", 4, 100)]
 
 
 @pytest.mark.parametrize("variant,cols,threads", KNOB_RUNS)
@@ -283,6 +283,8 @@ ROUTES = {"chunked_split": ({"gdn_split_prep": 1, "gdn_split_state": 1}, {"gdn_s
                              {"gdn_wsr_two_loop_state": 1}),
           "chunked_rec": ({"gdn_smem_prep": 1, "gdn_rec_state": 1, "gdn_chunk_out": 1},
                           {"gdn_rec_state": 1}),
+          "chunked_rec_pipe": ({"gdn_smem_prep": 1, "gdn_rec_state": 1,
+                                "gdn_chunk_out_pipe": 1}, {"gdn_rec_state": 1}),
           # one chunk per group on the simulator: groups 0 .. 1, launches 0 .. 2 (the first
           # pre-pass only, the last state only); empty sequences: one state launch
           "chunked_pipe": ({"gdn_split_pipe": 2}, {"gdn_split_pipe": 1})}
@@ -304,3 +306,21 @@ def test_route_and_empty(variant):
     assert o.shape == (1, 0, 2, 32)
     _assert_same(s, empty["initial_state"], "empty sequences: final state")
     assert _registry.route_counters(reset=True) == ROUTES[variant][1]
+
+
+@pytest.mark.parametrize("dtype,out_dtype", [(np.float32, "float32"), (np.float16, None)])
+def test_rec_pipe_output_slabs_of_sixteen_rows(dtype, out_dtype):
+    """chunked_rec_pipe's output kernel at V = 64 (slabs of 16 rows, two float4 of each part
+    a thread): whole chunks (every P^T | vn slab, every row's tail steps) and a partial one
+    (only the slabs its rows need), two value heads: the frozen kernel's bytes."""
+    if "chunked_rec_pipe" not in VARIANTS:
+        pytest.skip("chunked_rec_pipe not registered")
+    from dflash2_numba.gdn._chunk_output_pipe import slab_rows
+
+    assert slab_rows(64) == 16 and slab_rows(32) == 8
+    case = _case(114, T=150, H=1, HV=2, K=64, V=64, dtype=dtype)   # chunks of 64, 64, 22
+    ref_o, ref_s = gdn_prefill(**case, variant="chunked", out_dtype=out_dtype)
+    o, s = gdn_prefill(**case, variant="chunked_rec_pipe", out_dtype=out_dtype)
+    assert o.dtype == (np.float32 if out_dtype else dtype)
+    _assert_same(o, ref_o, f"chunked_rec_pipe V=64 ({o.dtype}): output")
+    _assert_same(s, ref_s, f"chunked_rec_pipe V=64 ({o.dtype}): final state")

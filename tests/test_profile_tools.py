@@ -71,13 +71,15 @@ def test_prep_launcher_runs_the_variants_own_pre_pass(variant):
     _assert_results_are(call, ref)
 
 
-def test_rec_kernels_launched_one_at_a_time_rewrite_the_call():
-    """chunked_rec's three kernels as bench/profile_kernels.py times them alone
-    (chunked_split.launch_prep, chunked_rec.launch_state, chunked_rec.launch_out), on a
-    scratch refilled with the sentinel (slots and chunk-start states): the call's bytes."""
+@pytest.mark.parametrize("variant", ["chunked_rec", "chunked_rec_pipe"])
+def test_rec_kernels_launched_one_at_a_time_rewrite_the_call(variant):
+    """chunked_rec's (and chunked_rec_pipe's) three kernels as bench/profile_kernels.py
+    times them alone (chunked_split.launch_prep, chunked_rec.launch_state,
+    chunked_rec.launch_out, which launches the plan's own output kernel), on a scratch
+    refilled with the sentinel (slots and chunk-start states): the call's bytes."""
     from dflash2_numba.gdn import chunked_rec, chunked_split
 
-    call, ref = _planned_with_sentinels("chunked_rec", 70, 9)
+    call, ref = _planned_with_sentinels(variant, 70, 9)
     s = call.plan.scratch
     s.scr.copy_to_device(np.full(s.scr.shape, -777.0, np.float32))
     chunked_split.launch_prep(call.plan, 0)

@@ -120,10 +120,12 @@ def supports(plan: GdnPlan) -> None:
             f"{max_dynamic_shared()}")
 
 
-def prepare(plan: GdnPlan, stream) -> None:
+def prepare(plan: GdnPlan, stream, out=None) -> None:
     """Plan time: chunked_split's tables and slots plus the chunk-start states, the pre-pass
     (``gdn_smem_prep``), and the two other kernels' configurations (launches allocate
-    nothing: CUDA-graph capturable)."""
+    nothing: CUDA-graph capturable). ``out`` = ``(name, kernel, dynamic shared bytes)`` of
+    another output kernel with ``gdn_chunk_out``'s arguments, grid and block
+    (``chunked_rec_pipe``)."""
     s = S.prepare_scratch(plan, stream, extra_per_slot=plan.HV * plan.K * plan.V)
     W.plan_prep(s, PREP, plan.K)
     ncomp, ncopy = knob_threads(plan)
@@ -138,7 +140,11 @@ def prepare(plan: GdnPlan, stream) -> None:
     s.rec = SimpleNamespace(
         state=DynShared(_state, 4 * rec_floats(plan.K)), threads=ncomp + ncopy,
         ncomp=np.int32(ncomp), n1=np.int32(n1), nq=np.int32(nq), il=il, snap0=snap0,
-        out=DynShared(_out, 4 * out_floats(plan.K, plan.V)), out_threads=out_threads(plan.V))
+        out=DynShared(_out, 4 * out_floats(plan.K, plan.V)), out_threads=out_threads(plan.V),
+        out_name=OUT_NAME)
+    if out is not None:
+        s.rec.out_name = out[0]
+        s.rec.out = DynShared(out[1], out[2])
     plan.scratch = s
 
 
@@ -158,19 +164,25 @@ def launch_out(plan: GdnPlan, stream) -> None:
     s = plan.scratch
     r = s.rec
     if s.nslots:
-        _registry.launch(OUT_NAME, r.out, s.nslots * plan.HV, r.out_threads, stream,
+        _registry.launch(r.out_name, r.out, s.nslots * plan.HV, r.out_threads, stream,
                          plan.o, s.scr, s.chunks, s.F, np.int32(plan.H), np.int32(plan.K),
                          r.snap0)
 
 
-def run(plan: GdnPlan, stream) -> None:
-    if plan.n_items == 0:
-        return
-    if plan.scratch is None or not hasattr(plan.scratch, "rec"):
-        prepare(plan, stream)
-    S.launch_prep(plan, stream)
-    launch_state(plan, stream)
-    launch_out(plan, stream)
+def make_run(prepare_fn):
+    """The variant's call: plan if needed (``prepare_fn``), then the three kernels."""
+    def run(plan: GdnPlan, stream) -> None:
+        if plan.n_items == 0:
+            return
+        if plan.scratch is None or not hasattr(plan.scratch, "rec"):
+            prepare_fn(plan, stream)
+        S.launch_prep(plan, stream)
+        launch_state(plan, stream)
+        launch_out(plan, stream)
+    return run
+
+
+run = make_run(prepare)
 
 
 VARIANT = _registry.register(_registry.Variant(

@@ -1,0 +1,220 @@
+"""The output of variant ``chunked_rec_pipe`` (chunked's step 7 for every chunk at once):
+:mod:`._chunk_output`'s kernel with its operands streamed through two shared-memory
+buffers, the next slab's global loads in flight while the current slab is computed.
+
+One CTA per (chunk slot, value head), ``2 V`` threads, the same 4 x 8 register tile a
+thread as ``gdn_chunk_out`` (rows ``4 rg .. 4 rg + 3`` x columns ``8 cg .. 8 cg + 7``,
+``(rg, cg) = (tid % 16, tid // 16)``). The operands come in slabs of ``SB`` rows, each a
+``SB x C`` block of qs^T or P^T followed by the ``SB x V`` block of h or vn with the same
+rows (two contiguous stretches of the scratch):
+
+* slabs ``0 .. K/SB - 1``: rows m of qs^T and of the chunk-start state h;
+* slabs ``K/SB ..``: rows j of P^T and of vn, only as many as rows ``j < L`` need.
+
+A thread loads its float4 of slab ``s + 1`` into registers (at most ``NLD``) before it
+computes slab ``s`` from one buffer, then stores them into the other buffer; one barrier a
+slab. Compared with ``gdn_chunk_out`` (stage 64 rows, barrier, compute, barrier), the
+global loads overlap the arithmetic and the CTA needs 24 KB of buffers instead of 48 KB.
+
+The arithmetic is ``gdn_chunk_out``'s, chain for chain: ``qh_ic = fma(qs_im, h_mc, qh_ic)``
+for m = 0 .. K-1 ascending from 0; ``o = qh * gamma_i``; ``o = fma(P_ij, vn_jc, o)`` for
+j = 0 .. i ascending (the four rows' common steps j <= 4 rg, then the tail steps of rows
+4 rg + 1 .. 4 rg + 3 at j = 4 rg + 1 .. 4 rg + 3, all inside the slab that holds row
+4 rg); rows ``i < L`` stored with the RNE cast of ``o``'s dtype through shared memory. The
+slabs only cut the loops where the staging happens: every chain runs the same steps in the
+same order on the same operands (exact copies), so the output is chunked's, byte for byte.
+
+Dynamic shared memory: :func:`pipe_floats` (33.8 KB at K = V = 128: the output tile; the
+two buffers take 24 KB).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import types
+
+from .._compat import cuda
+from ._chunk_output import RG, acc8, tail_step
+from ._common import C, ZERO
+from ._split_ops import _dev, ld4, st4
+from ._split_state import scale4, st4z
+
+_F32 = types.float32
+SB = 16                      # rows of m (or j) a slab at V >= 64 (8 at V = 32)
+NLD = 4                      # float4 a thread carries between slabs: C-part 64 SB / (8 V)
+#                              <= 2, V-part SB / 8 <= 2
+_Z4 = (ZERO, ZERO, ZERO, ZERO)
+
+
+def slab_rows(V: int) -> int:
+    """Rows of a slab: 16, or 8 at V = 32 (so that a thread's share of the C-part stays
+    at two float4 with 2 V = 64 threads)."""
+    return SB if V >= 64 else SB // 2
+
+
+def pipe_floats(K: int, V: int) -> int:
+    """Dynamic shared memory of :func:`gdn_chunk_out_pipe_kernel` in floats: two slab
+    buffers, or the output tile (rows of V + 4) when that is larger."""
+    return max(2 * slab_rows(V) * (C + V), C * (V + 4))
+
+
+def pipe_fits(V: int) -> bool:
+    """Whether a thread's share of a slab's C-part and of its V-part are at most two
+    float4 each at ``2 V`` threads."""
+    sb = slab_rows(V)
+    nthr = 2 * V
+    return sb * C // 4 <= 2 * nthr and sb * V // 4 <= 2 * nthr
+
+
+@_dev
+def ld_slab(src, b1, b2, nc, n, e):
+    """Float4 ``e`` of a slab: ``src[b1 + 4e ..]`` for ``e < nc``, ``src[b2 + 4(e - nc) ..]``
+    for ``nc <= e < n``, zeros past ``n``."""
+    if e >= n:
+        return _Z4
+    if e < nc:
+        return ld4(src, b1 + 4 * e)
+    return ld4(src, b2 + 4 * (e - nc))
+
+
+@_dev
+def load_slab(src, b1, b2, nc, n, tid, nthr):
+    """This thread's float4 of a slab into registers: C-part float4 ``tid``, ``tid + nthr``
+    and V-part float4 ``nc + tid``, ``nc + tid + nthr`` (zeros past the part's end)."""
+    e2 = nc + tid
+    return (ld_slab(src, b1, b2, nc, nc, tid), ld_slab(src, b1, b2, nc, nc, tid + nthr),
+            ld_slab(src, b1, b2, nc, n, e2), ld_slab(src, b1, b2, nc, n, e2 + nthr))
+
+
+@_dev
+def store_slab(sm, d, nc, n, tid, nthr, x):
+    """``sm[d + 4e ..] = `` this thread's float4 ``e`` of a slab (:func:`load_slab`'s)."""
+    st4z(sm, d, tid, nc, x[0])
+    st4z(sm, d, tid + nthr, nc, x[1])
+    st4z(sm, d, nc + tid, n, x[2])
+    st4z(sm, d, nc + tid + nthr, n, x[3])
+
+
+@_dev
+def slab_bases(s, sb, nsm, o_qs, o_h, o_p, o_u, V):
+    """Global float offsets of slab ``s``'s two stretches (``sb`` rows a slab; module
+    docstring)."""
+    if s < nsm:
+        return o_qs + s * (sb * C), o_h + s * (sb * V)
+    s2 = s - nsm
+    return o_p + s2 * (sb * C), o_u + s2 * (sb * V)
+
+
+def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
+    """Chunked step 7 for chunk slot ``blockIdx.x // HV`` and value head
+    ``blockIdx.x % HV`` (module docstring)."""
+    sm = cuda.shared.array(0, _F32)
+    tid = cuda.threadIdx.x
+    nthr = cuda.blockDim.x
+    HV = o.shape[2]
+    V = o.shape[3]
+    slot = cuda.blockIdx.x // HV
+    hv = cuda.blockIdx.x - slot * HV
+    bb = chunks[slot, 0]
+    t0 = chunks[slot, 1]
+    L = chunks[slot, 2]
+    KC = K * C
+    sb = np.int64(slot) * F
+    o_qs = sb + (hv // (HV // H)) * 2 * KC + KC        # qs^T [K][C]
+    o_w = sb + H * 2 * KC + hv * (2 * KC + C * V + C * C + C)
+    o_u = o_w + 2 * KC                                 # vn (over U) [C][V]
+    o_p = o_u + C * V                                  # P^T [C][C]
+    o_g = o_p + C * C                                  # gamma [C]
+    o_h = snap0 + (np.int64(slot) * HV + hv) * (K * V)  # chunk-start state [K][V]
+    rg = tid % RG
+    c8 = 8 * (tid // RG)
+    i0 = 4 * rg
+    sb = SB if V >= 64 else SB // 2                    # rows a slab (slab_rows)
+    nc = (sb * C) // 4                                 # float4 of a slab's C-part
+    n = nc + (sb * V) // 4                             # float4 of a slab
+    sbuf = sb * (C + V)                                # floats of one buffer
+    nsm = K // sb                                      # qs^T | h slabs
+    ns = nsm + (L + sb - 1) // sb                      # + the P^T | vn slabs rows < L need
+    z = _Z4
+    a0, a1, a2, a3, b0, b1, b2, b3 = z, z, z, z, z, z, z, z
+
+    b1s, b2s = slab_bases(0, sb, nsm, o_qs, o_h, o_p, o_u, V)
+    store_slab(sm, 0, nc, n, tid, nthr, load_slab(scr, b1s, b2s, nc, n, tid, nthr))
+    cuda.syncthreads()
+    # 1. qh = qs h, m ascending, one slab of SB rows of m after the other
+    for s in range(nsm):
+        b1s, b2s = slab_bases(s + 1, sb, nsm, o_qs, o_h, o_p, o_u, V)
+        x = load_slab(scr, b1s, b2s, nc, n, tid, nthr)     # (s + 1 < ns: L >= 1)
+        cur = (s & 1) * sbuf
+        pq = cur + i0
+        ph = cur + sb * C + c8
+        for t in range(sb):
+            a0, a1, a2, a3, b0, b1, b2, b3 = acc8(ld4(sm, pq), ld4(sm, ph), ld4(sm, ph + 4),
+                                                  a0, a1, a2, a3, b0, b1, b2, b3)
+            pq += C
+            ph += V
+        store_slab(sm, sbuf - cur, nc, n, tid, nthr, x)
+        cuda.syncthreads()
+    gm = ld4(scr, o_g + i0)
+    a0 = scale4(a0, gm[0])
+    a1 = scale4(a1, gm[1])
+    a2 = scale4(a2, gm[2])
+    a3 = scale4(a3, gm[3])
+    b0 = scale4(b0, gm[0])
+    b1 = scale4(b1, gm[1])
+    b2 = scale4(b2, gm[2])
+    b3 = scale4(b3, gm[3])
+
+    # 2. o += P vn, j ascending: j0 .. j0 + SB - 1 of slab s; every row's steps j <= i0,
+    # then (in the slab that holds i0) the tail steps of rows 1 .. 3
+    for s in range(nsm, ns):
+        nn = n
+        ncn = nc
+        if s + 1 >= ns:
+            nn = 0
+            ncn = 0
+        b1s, b2s = slab_bases(s + 1, sb, nsm, o_qs, o_h, o_p, o_u, V)
+        x = load_slab(scr, b1s, b2s, ncn, nn, tid, nthr)
+        cur = (s & 1) * sbuf
+        j0 = (s - nsm) * sb
+        pj = cur + i0
+        pv = cur + sb * C + c8
+        jend = min(j0 + sb, i0 + 1)
+        for j in range(j0, jend):
+            a0, a1, a2, a3, b0, b1, b2, b3 = acc8(ld4(sm, pj), ld4(sm, pv), ld4(sm, pv + 4),
+                                                  a0, a1, a2, a3, b0, b1, b2, b3)
+            pj += C
+            pv += V
+        if j0 <= i0 and i0 < j0 + sb:                  # (then i0 + 3 < j0 + sb)
+            a1, b1 = tail_step(sm, pj, pv, 1, a1, b1)  # j = i0 + 1: rows 1 .. 3
+            a2, b2 = tail_step(sm, pj, pv, 2, a2, b2)
+            a3, b3 = tail_step(sm, pj, pv, 3, a3, b3)
+            pj += C
+            pv += V
+            a2, b2 = tail_step(sm, pj, pv, 2, a2, b2)  # j = i0 + 2: rows 2, 3
+            a3, b3 = tail_step(sm, pj, pv, 3, a3, b3)
+            pj += C
+            pv += V
+            a3, b3 = tail_step(sm, pj, pv, 3, a3, b3)  # j = i0 + 3: row 3
+        store_slab(sm, sbuf - cur, ncn, nn, tid, nthr, x)
+        cuda.syncthreads()
+
+    # 3. the rows i < L of the chunk, through shared memory (rows of V + 4 floats) so that
+    # a warp's global stores cover consecutive columns of a row (coalesced); the last
+    # barrier above ends every read of the buffers
+    vp = V + 4
+    p = i0 * vp + c8
+    st4(sm, p, a0)
+    st4(sm, p + 4, b0)
+    st4(sm, p + vp, a1)
+    st4(sm, p + vp + 4, b1)
+    st4(sm, p + 2 * vp, a2)
+    st4(sm, p + 2 * vp + 4, b2)
+    st4(sm, p + 3 * vp, a3)
+    st4(sm, p + 3 * vp + 4, b3)
+    cuda.syncthreads()
+    rstep = nthr // V
+    i = tid // V
+    c = tid - i * V
+    while i < L:
+        o[bb, t0 + i, hv, c] = sm[i * vp + c]      # (RNE cast to o's dtype, as chunked)
+        i += rstep
