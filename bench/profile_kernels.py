@@ -232,27 +232,22 @@ def rec_parts(call, name, args):
                      ("output", lambda: RC.launch_out(p, 0))):
         rows.append(dict(what=f"{name} {part} only", cols=s.cols, comp=int(s.rec.ncomp),
                          copy=s.rec.threads - int(s.rec.ncomp), n1=int(s.rec.n1),
-                         nq=int(s.rec.nq), il=int(s.rec.il),
+                         nq=int(s.rec.nq),
                          ms=event_median_ms(fn, args.reps, args.inner)))
         log(rows[-1])
     return rows
 
 
 def rec_sweep(args, plan, ro, rs):
-    """``chunked_rec`` under each ``--rec-sweep`` entry ``COMPxCOPYxR1xR2[xMAP]`` (its
-    ``DFLASH2_GDN_REC_THREADS`` / ``_ROWS`` / ``_MAP`` knobs; MAP ``il`` or ``cg``, default
-    the variant's): bytes against ``chunked``, the whole call and each kernel alone."""
+    """``chunked_rec`` under each ``--rec-sweep`` entry ``COMPxCOPYxR1xR2`` (its
+    ``DFLASH2_GDN_REC_THREADS`` / ``_ROWS`` knobs): bytes against ``chunked``, the whole
+    call and each kernel alone."""
     rows = []
-    keys = ("DFLASH2_GDN_REC_THREADS", "DFLASH2_GDN_REC_ROWS", "DFLASH2_GDN_REC_MAP")
-    saved = {k: os.environ.get(k) for k in keys}
+    saved = {k: os.environ.get(k) for k in ("DFLASH2_GDN_REC_THREADS", "DFLASH2_GDN_REC_ROWS")}
     for entry in [e for e in args.rec_sweep.split(",") if e]:
-        parts = entry.split("x")
-        comp, copy, r1, r2 = (int(x) for x in parts[:4])
+        comp, copy, r1, r2 = (int(x) for x in entry.split("x"))
         os.environ["DFLASH2_GDN_REC_THREADS"] = f"{comp},{copy}"
         os.environ["DFLASH2_GDN_REC_ROWS"] = f"{r1},{r2}"
-        os.environ.pop("DFLASH2_GDN_REC_MAP", None)
-        if len(parts) > 4:
-            os.environ["DFLASH2_GDN_REC_MAP"] = parts[4]
         c2 = plan("chunked_rec")
         c2.launch()
         cuda.synchronize()
@@ -395,7 +390,7 @@ def main(argv=None):
     ap.add_argument("--ws-sweep", default="",
                     help="chunked_ws state-pass configurations COLSxCOMPUTExCOPYxSTAGE_KP")
     ap.add_argument("--rec-sweep", default="",
-                    help="gdn: chunked_rec configurations COMPxCOPYxR1xR2[xMAP] (e.g. 96x128x2x4xcg)")
+                    help="gdn: chunked_rec configurations COMPxCOPYxR1xR2 (e.g. 192x64x1x2)")
     ap.add_argument("--smprep-threads", default="",
                     help="gdn mode: chunked_smprep pre-pass thread counts to time, e.g. 128,256")
     ap.add_argument("--variants", default="chunked_split,chunked_ws,chunked_pipe",

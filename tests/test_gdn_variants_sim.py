@@ -227,27 +227,22 @@ def test_state_staging_does_not_change_bits(monkeypatch, variant, stage_kp):
     _assert_same(s, ref_s, f"{variant} stage_kp={stage_kp}: final state")
 
 
-@pytest.mark.parametrize("unit_map", ["il", "cg"])
 @pytest.mark.parametrize("rows", ["1,2", "2,4", "1,4", "2,2"])
-def test_rec_unit_rows_do_not_change_bits(monkeypatch, rows, unit_map):
+def test_rec_unit_rows_do_not_change_bits(monkeypatch, rows):
     """chunked_rec's phase-1 units of one or two rows and phase-2 state units of two or
-    four rows (``DFLASH2_GDN_REC_ROWS``), placed on threads with the column groups
-    interleaved or consecutive (``DFLASH2_GDN_REC_MAP``), run the same chains: the frozen
-    kernel's bytes."""
+    four rows (``DFLASH2_GDN_REC_ROWS``) run the same chains: the frozen kernel's bytes."""
     if "chunked_rec" not in VARIANTS:
         pytest.skip("chunked_rec not registered")
     monkeypatch.setenv("DFLASH2_GDN_REC_ROWS", rows)
-    monkeypatch.setenv("DFLASH2_GDN_REC_MAP", unit_map)
     ref_o, ref_s = _reference(KNOB_CASE, "float32")
     call = plan_gdn(**_inputs(KNOB_CASE), variant="chunked_rec", out_dtype="float32")
     r1, r2 = (int(x) for x in rows.split(","))
     assert (int(call.plan.scratch.rec.n1), int(call.plan.scratch.rec.nq)) == (64 // r1, 32 // r2)
-    assert int(call.plan.scratch.rec.il) == (unit_map == "il")
     call.launch()
     o, s = (np.asarray(x.copy_to_host()) if hasattr(x, "copy_to_host") else x
             for x in call.results())
-    _assert_same(o, ref_o, f"chunked_rec rows={rows} map={unit_map}: output")
-    _assert_same(s, ref_s, f"chunked_rec rows={rows} map={unit_map}: final state")
+    _assert_same(o, ref_o, f"chunked_rec rows={rows}: output")
+    _assert_same(s, ref_s, f"chunked_rec rows={rows}: final state")
 
 
 def test_rec_chunk_start_states_are_chunked_states():
@@ -310,17 +305,18 @@ def test_route_and_empty(variant):
 
 @pytest.mark.parametrize("dtype,out_dtype", [(np.float32, "float32"), (np.float16, None)])
 def test_rec_pipe_output_slabs_of_sixteen_rows(dtype, out_dtype):
-    """chunked_rec_pipe's output kernel at V = 64 (slabs of 16 rows, two float4 of each part
-    a thread): whole chunks (every P^T | vn slab, every row's tail steps) and a partial one
-    (only the slabs its rows need), two value heads: the frozen kernel's bytes."""
+    """chunked_rec_pipe's output kernel at V = 128 (slabs of 16 rows, three float4 a thread,
+    as on the production shape): whole chunks (every P^T | vn slab, every row's tail steps)
+    and a partial one (only the slabs its rows need), two value heads: the frozen kernel's
+    bytes."""
     if "chunked_rec_pipe" not in VARIANTS:
         pytest.skip("chunked_rec_pipe not registered")
     from dflash2_numba.gdn._chunk_output_pipe import slab_rows
 
-    assert slab_rows(64) == 16 and slab_rows(32) == 8
-    case = _case(114, T=150, H=1, HV=2, K=64, V=64, dtype=dtype)   # chunks of 64, 64, 22
+    assert slab_rows(128) == 16 and slab_rows(64) == slab_rows(32) == 8
+    case = _case(114, T=150, H=1, HV=2, K=32, V=128, dtype=dtype)  # chunks of 64, 64, 22
     ref_o, ref_s = gdn_prefill(**case, variant="chunked", out_dtype=out_dtype)
     o, s = gdn_prefill(**case, variant="chunked_rec_pipe", out_dtype=out_dtype)
     assert o.dtype == (np.float32 if out_dtype else dtype)
-    _assert_same(o, ref_o, f"chunked_rec_pipe V=64 ({o.dtype}): output")
-    _assert_same(s, ref_s, f"chunked_rec_pipe V=64 ({o.dtype}): final state")
+    _assert_same(o, ref_o, f"chunked_rec_pipe V=128 ({o.dtype}): output")
+    _assert_same(s, ref_s, f"chunked_rec_pipe V=128 ({o.dtype}): final state")

@@ -4,17 +4,19 @@ buffers, the next slab's global loads in flight while the current slab is comput
 
 One CTA per (chunk slot, value head), ``2 V`` threads, the same 4 x 8 register tile a
 thread as ``gdn_chunk_out`` (rows ``4 rg .. 4 rg + 3`` x columns ``8 cg .. 8 cg + 7``,
-``(rg, cg) = (tid % 16, tid // 16)``). The operands come in slabs of ``SB`` rows, each a
-``SB x C`` block of qs^T or P^T followed by the ``SB x V`` block of h or vn with the same
-rows (two contiguous stretches of the scratch):
+``(rg, cg) = (tid % 16, tid // 16)``). The operands come in slabs of ``sb`` rows (16 at
+V = 128, else 8: :func:`slab_rows`), each a ``sb x C`` block of qs^T or P^T followed by the
+``sb x V`` block of h or vn with the same rows (two contiguous stretches of the scratch):
 
-* slabs ``0 .. K/SB - 1``: rows m of qs^T and of the chunk-start state h;
-* slabs ``K/SB ..``: rows j of P^T and of vn, only as many as rows ``j < L`` need.
+* slabs ``0 .. K/sb - 1``: rows m of qs^T and of the chunk-start state h;
+* slabs ``K/sb ..``: rows j of P^T and of vn, only as many as rows ``j < L`` need.
 
 A thread loads its float4 of slab ``s + 1`` into registers (at most ``NLD``) before it
 computes slab ``s`` from one buffer, then stores them into the other buffer; one barrier a
 slab. Compared with ``gdn_chunk_out`` (stage 64 rows, barrier, compute, barrier), the
 global loads overlap the arithmetic and the CTA needs 24 KB of buffers instead of 48 KB.
+The step loops count in 32 bits, and each thread stores eight consecutive columns of a
+row (one row view, two shared loads) where ``gdn_chunk_out`` stores one.
 
 The arithmetic is ``gdn_chunk_out``'s, chain for chain: ``qh_ic = fma(qs_im, h_mc, qh_ic)``
 for m = 0 .. K-1 ascending from 0; ``o = qh * gamma_i``; ``o = fma(P_ij, vn_jc, o)`` for
@@ -39,16 +41,17 @@ from ._split_ops import _dev, ld4, st4
 from ._split_state import scale4, st4z
 
 _F32 = types.float32
-SB = 16                      # rows of m (or j) a slab at V >= 64 (8 at V = 32)
-NLD = 4                      # float4 a thread carries between slabs: C-part 64 SB / (8 V)
-#                              <= 2, V-part SB / 8 <= 2
+SB = 16                      # rows of m (or j) a slab at V = 128 (8 below)
+NLD = 3                      # float4 a thread carries between slabs
 _Z4 = (ZERO, ZERO, ZERO, ZERO)
+I32 = np.int32
+C32 = np.int32(C)
 
 
 def slab_rows(V: int) -> int:
-    """Rows of a slab: 16, or 8 at V = 32 (so that a thread's share of the C-part stays
-    at two float4 with 2 V = 64 threads)."""
-    return SB if V >= 64 else SB // 2
+    """Rows of a slab: 16 at V = 128, else 8 (so that a slab is at most three float4 a
+    thread at 2 V threads)."""
+    return SB if V >= 128 else SB // 2
 
 
 def pipe_floats(K: int, V: int) -> int:
@@ -58,11 +61,8 @@ def pipe_floats(K: int, V: int) -> int:
 
 
 def pipe_fits(V: int) -> bool:
-    """Whether a thread's share of a slab's C-part and of its V-part are at most two
-    float4 each at ``2 V`` threads."""
-    sb = slab_rows(V)
-    nthr = 2 * V
-    return sb * C // 4 <= 2 * nthr and sb * V // 4 <= 2 * nthr
+    """Whether a slab is at most ``NLD`` float4 a thread at ``2 V`` threads."""
+    return slab_rows(V) * (C + V) // 4 <= NLD * 2 * V
 
 
 @_dev
@@ -78,20 +78,34 @@ def ld_slab(src, b1, b2, nc, n, e):
 
 @_dev
 def load_slab(src, b1, b2, nc, n, tid, nthr):
-    """This thread's float4 of a slab into registers: C-part float4 ``tid``, ``tid + nthr``
-    and V-part float4 ``nc + tid``, ``nc + tid + nthr`` (zeros past the part's end)."""
-    e2 = nc + tid
-    return (ld_slab(src, b1, b2, nc, nc, tid), ld_slab(src, b1, b2, nc, nc, tid + nthr),
-            ld_slab(src, b1, b2, nc, n, e2), ld_slab(src, b1, b2, nc, n, e2 + nthr))
+    """This thread's float4 ``tid + k nthr`` (k < ``NLD``) of a slab into registers (zeros
+    past ``n``)."""
+    return (ld_slab(src, b1, b2, nc, n, tid), ld_slab(src, b1, b2, nc, n, tid + nthr),
+            ld_slab(src, b1, b2, nc, n, tid + 2 * nthr))
 
 
 @_dev
-def store_slab(sm, d, nc, n, tid, nthr, x):
+def store_slab(sm, d, n, tid, nthr, x):
     """``sm[d + 4e ..] = `` this thread's float4 ``e`` of a slab (:func:`load_slab`'s)."""
-    st4z(sm, d, tid, nc, x[0])
-    st4z(sm, d, tid + nthr, nc, x[1])
-    st4z(sm, d, nc + tid, n, x[2])
-    st4z(sm, d, nc + tid + nthr, n, x[3])
+    st4z(sm, d, tid, n, x[0])
+    st4z(sm, d, tid + nthr, n, x[1])
+    st4z(sm, d, tid + 2 * nthr, n, x[2])
+
+
+@_dev
+def acc_steps(sm, p, ph, V, nb, a0, a1, a2, a3, b0, b1, b2, b3):
+    """``nb`` steps of the 4 x 8 tile (``acc8`` on ``sm[p + t C ..]`` and
+    ``sm[ph + t V ..]``, t ascending) with 32-bit counters and offsets (numba's ``range``
+    counts in 64 bits: five integer instructions a step); returns the advanced offsets and
+    the tile."""
+    k = I32(0)
+    while k < nb:
+        a0, a1, a2, a3, b0, b1, b2, b3 = acc8(ld4(sm, p), ld4(sm, ph), ld4(sm, ph + 4),
+                                              a0, a1, a2, a3, b0, b1, b2, b3)
+        p += C32
+        ph += V
+        k += I32(1)
+    return p, ph, a0, a1, a2, a3, b0, b1, b2, b3
 
 
 @_dev
@@ -127,32 +141,30 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
     o_h = snap0 + (np.int64(slot) * HV + hv) * (K * V)  # chunk-start state [K][V]
     rg = tid % RG
     c8 = 8 * (tid // RG)
-    i0 = 4 * rg
-    sb = SB if V >= 64 else SB // 2                    # rows a slab (slab_rows)
+    i0 = I32(4 * rg)
+    V32 = I32(V)
+    sb = SB if V >= 128 else SB // 2                   # rows a slab (slab_rows)
     nc = (sb * C) // 4                                 # float4 of a slab's C-part
     n = nc + (sb * V) // 4                             # float4 of a slab
-    sbuf = sb * (C + V)                                # floats of one buffer
+    sbuf = I32(sb * (C + V))                           # floats of one buffer
     nsm = K // sb                                      # qs^T | h slabs
     ns = nsm + (L + sb - 1) // sb                      # + the P^T | vn slabs rows < L need
     z = _Z4
     a0, a1, a2, a3, b0, b1, b2, b3 = z, z, z, z, z, z, z, z
 
     b1s, b2s = slab_bases(0, sb, nsm, o_qs, o_h, o_p, o_u, V)
-    store_slab(sm, 0, nc, n, tid, nthr, load_slab(scr, b1s, b2s, nc, n, tid, nthr))
+    store_slab(sm, 0, n, tid, nthr, load_slab(scr, b1s, b2s, nc, n, tid, nthr))
     cuda.syncthreads()
-    # 1. qh = qs h, m ascending, one slab of SB rows of m after the other
+    # 1. qh = qs h, m ascending, one slab of sb rows of m after the other
+    cur = I32(0)
     for s in range(nsm):
         b1s, b2s = slab_bases(s + 1, sb, nsm, o_qs, o_h, o_p, o_u, V)
         x = load_slab(scr, b1s, b2s, nc, n, tid, nthr)     # (s + 1 < ns: L >= 1)
-        cur = (s & 1) * sbuf
-        pq = cur + i0
-        ph = cur + sb * C + c8
-        for t in range(sb):
-            a0, a1, a2, a3, b0, b1, b2, b3 = acc8(ld4(sm, pq), ld4(sm, ph), ld4(sm, ph + 4),
-                                                  a0, a1, a2, a3, b0, b1, b2, b3)
-            pq += C
-            ph += V
-        store_slab(sm, sbuf - cur, nc, n, tid, nthr, x)
+        pq, ph, a0, a1, a2, a3, b0, b1, b2, b3 = acc_steps(
+            sm, cur + i0, cur + I32(sb * C + c8), V32, I32(sb),
+            a0, a1, a2, a3, b0, b1, b2, b3)
+        cur = sbuf - cur
+        store_slab(sm, cur, n, tid, nthr, x)
         cuda.syncthreads()
     gm = ld4(scr, o_g + i0)
     a0 = scale4(a0, gm[0])
@@ -164,38 +176,35 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
     b2 = scale4(b2, gm[2])
     b3 = scale4(b3, gm[3])
 
-    # 2. o += P vn, j ascending: j0 .. j0 + SB - 1 of slab s; every row's steps j <= i0,
-    # then (in the slab that holds i0) the tail steps of rows 1 .. 3
+    # 2. o += P vn, j ascending: j0 .. j0 + sb - 1 of slab s; every row's steps j <= i0
+    # then (in the slab that holds i0) the tail steps
+    # of rows 1 .. 3
     for s in range(nsm, ns):
         nn = n
-        ncn = nc
         if s + 1 >= ns:
             nn = 0
-            ncn = 0
         b1s, b2s = slab_bases(s + 1, sb, nsm, o_qs, o_h, o_p, o_u, V)
-        x = load_slab(scr, b1s, b2s, ncn, nn, tid, nthr)
-        cur = (s & 1) * sbuf
-        j0 = (s - nsm) * sb
-        pj = cur + i0
-        pv = cur + sb * C + c8
-        jend = min(j0 + sb, i0 + 1)
-        for j in range(j0, jend):
-            a0, a1, a2, a3, b0, b1, b2, b3 = acc8(ld4(sm, pj), ld4(sm, pv), ld4(sm, pv + 4),
-                                                  a0, a1, a2, a3, b0, b1, b2, b3)
-            pj += C
-            pv += V
+        x = load_slab(scr, b1s, b2s, nc, nn, tid, nthr)
+        j0 = I32((s - nsm) * sb)
+        nst = min(j0 + I32(sb), i0 + I32(1)) - j0       # this slab's common steps
+        if nst < 0:
+            nst = I32(0)
+        pj, pv, a0, a1, a2, a3, b0, b1, b2, b3 = acc_steps(
+            sm, cur + i0, cur + I32(sb * C + c8), V32, nst,
+            a0, a1, a2, a3, b0, b1, b2, b3)
         if j0 <= i0 and i0 < j0 + sb:                  # (then i0 + 3 < j0 + sb)
             a1, b1 = tail_step(sm, pj, pv, 1, a1, b1)  # j = i0 + 1: rows 1 .. 3
             a2, b2 = tail_step(sm, pj, pv, 2, a2, b2)
             a3, b3 = tail_step(sm, pj, pv, 3, a3, b3)
-            pj += C
-            pv += V
+            pj += C32
+            pv += V32
             a2, b2 = tail_step(sm, pj, pv, 2, a2, b2)  # j = i0 + 2: rows 2, 3
             a3, b3 = tail_step(sm, pj, pv, 3, a3, b3)
-            pj += C
-            pv += V
+            pj += C32
+            pv += V32
             a3, b3 = tail_step(sm, pj, pv, 3, a3, b3)  # j = i0 + 3: row 3
-        store_slab(sm, sbuf - cur, ncn, nn, tid, nthr, x)
+        cur = sbuf - cur
+        store_slab(sm, cur, nn, tid, nthr, x)
         cuda.syncthreads()
 
     # 3. the rows i < L of the chunk, through shared memory (rows of V + 4 floats) so that
@@ -212,9 +221,21 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
     st4(sm, p + 3 * vp, a3)
     st4(sm, p + 3 * vp + 4, b3)
     cuda.syncthreads()
-    rstep = nthr // V
-    i = tid // V
-    c = tid - i * V
+    n8 = V // 8                                        # eight columns a thread a row
+    i = tid // n8
+    cc = 8 * (tid - i * n8)
+    rstep = nthr // n8
     while i < L:
-        o[bb, t0 + i, hv, c] = sm[i * vp + c]      # (RNE cast to o's dtype, as chunked)
+        q = i * vp + cc
+        x0 = ld4(sm, q)
+        x1 = ld4(sm, q + 4)
+        orow = o[bb, t0 + i, hv]
+        orow[cc] = x0[0]                           # (RNE cast to o's dtype, as chunked)
+        orow[cc + 1] = x0[1]
+        orow[cc + 2] = x0[2]
+        orow[cc + 3] = x0[3]
+        orow[cc + 4] = x1[0]
+        orow[cc + 5] = x1[1]
+        orow[cc + 6] = x1[2]
+        orow[cc + 7] = x1[3]
         i += rstep

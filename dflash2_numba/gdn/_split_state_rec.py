@@ -37,8 +37,8 @@ from numba import types
 
 from .._compat import cuda
 from ._common import C, ZERO
-from ._split_ops import VS, _dev, block_sync, ld1, ld4, opaque, st4
-from ._split_state import (OFF_VN, OFF_WQ, dot_h, item_layout, load_state_slice, rows2,
+from ._split_ops import VS, _dev, block_sync, fma4, ld1, ld2, ld4, opaque, st4
+from ._split_state import (OFF_VN, OFF_WQ, dot_h, item_layout, load_state_slice,
                            scale4, state_rows2, store_state_slice, sub4)
 from ._split_state_ws import prefetch_chunk_l2, rows4
 from ._split_state_wsr import (_Z4, copy_ug_rest, load_slots, load_ug, store_region,
@@ -74,27 +74,66 @@ def store_rows(dst, base, stride, sm, soff, nrows, ncg, pt, npt):
 
 
 @_dev
-def unit_place(u, n, ncg, il):
+def unit_place(u, n):
     """Where unit ``u`` of a phase works: ``(k, g)``, its index within column group ``g``
-    (``n`` units a group). ``il == 0``: units of one column group are consecutive (a warp
-    covers one group); else the groups are interleaved (``g = u % ncg``), so the lanes of a
-    warp read fewer distinct W^T / Kd words and more columns of the same h / vn row (fewer
-    shared-memory wavefronts a load; the chains are the same)."""
-    if il != 0:
-        k = u // ncg
-        return k, u - k * ncg
+    (``n`` units a group; a group's units are consecutive, so a warp's lanes share one
+    column group and its h / vn loads are broadcasts)."""
     g = u // n
     return u - g * n, g
 
 
 @_dev
-def rec_phase1_unit(sm, u, n1, ncg, K, off_u, il):
+def rows2_ahead(src, p, stride, x, px, a0, a1, n):
+    """``rows2``'s chains (``a_r[c] = fma(src[p + t*stride + r], x[px + t*VS + c], a_r[c])``
+    for t = 0 .. n-1 ascending, r = 0, 1), four steps a pass with the next four steps'
+    loads issued before this pass's 32 fma (``n`` a multiple of 4): a lone warp on its
+    scheduler waits on fewer shared loads. The last pass loads four rows past the end,
+    which are not used (they lie inside the shared array: W^T is followed by Kd and the
+    state slice by vn)."""
+    s2 = 2 * stride
+    s3 = 3 * stride
+    f0 = ld2(src, p)
+    f1 = ld2(src, p + stride)
+    f2 = ld2(src, p + s2)
+    f3 = ld2(src, p + s3)
+    h0 = ld4(x, px)
+    h1 = ld4(x, px + VS)
+    h2 = ld4(x, px + 2 * VS)
+    h3 = ld4(x, px + 3 * VS)
+    t = 0
+    while t < n:
+        p += 4 * stride
+        px += 4 * VS
+        g0 = ld2(src, p)
+        g1 = ld2(src, p + stride)
+        g2 = ld2(src, p + s2)
+        g3 = ld2(src, p + s3)
+        k0 = ld4(x, px)
+        k1 = ld4(x, px + VS)
+        k2 = ld4(x, px + 2 * VS)
+        k3 = ld4(x, px + 3 * VS)
+        a0 = fma4(f0[0], h0, a0)
+        a1 = fma4(f0[1], h0, a1)
+        a0 = fma4(f1[0], h1, a0)
+        a1 = fma4(f1[1], h1, a1)
+        a0 = fma4(f2[0], h2, a0)
+        a1 = fma4(f2[1], h2, a1)
+        a0 = fma4(f3[0], h3, a0)
+        a1 = fma4(f3[1], h3, a1)
+        f0, f1, f2, f3 = g0, g1, g2, g3
+        h0, h1, h2, h3 = k0, k1, k2, k3
+        t += 4
+    return a0, a1
+
+
+@_dev
+def rec_phase1_unit(sm, u, n1, K, off_u):
     """Phase-1 unit ``u`` (``n1`` units per column group, placed by :func:`unit_place`):
     chunked step 6 (``wh = sum_m W_im h_mc``, m ascending from 0; ``vn = U - wh``) over
     four columns for one row when ``n1 == C`` (``dot_h``: four chains, one W and one
-    broadcast h load per four fma), else for two rows (``rows2``: the chains of
+    broadcast h load per four fma), else for two rows (:func:`rows2_ahead`: the chains of
     ``phase1_unit``'s W^T product)."""
-    k, g = unit_place(u, n1, ncg, il)
+    k, g = unit_place(u, n1)
     c4 = 4 * g
     if n1 == C:
         a0, a1, a2 = dot_h(sm, OFF_WQ + k, C, sm, c4, K, 1)
@@ -102,7 +141,7 @@ def rec_phase1_unit(sm, u, n1, ncg, K, off_u, il):
     else:
         r0 = 2 * k
         z4 = (ZERO, ZERO, ZERO, ZERO)
-        a0, a1 = rows2(sm, OFF_WQ + r0, C, sm, c4, z4, z4, K)
+        a0, a1 = rows2_ahead(sm, OFF_WQ + r0, C, sm, c4, z4, z4, K)
         pr = r0 * VS + c4
         pu = off_u + pr
         st4(sm, OFF_VN + pr, sub4(ld4(sm, pu), a0))
@@ -110,13 +149,13 @@ def rec_phase1_unit(sm, u, n1, ncg, K, off_u, il):
 
 
 @_dev
-def rec_state_unit(sm, u, nq, ncg, off_kp, K, gl, L, il):
+def rec_state_unit(sm, u, nq, off_kp, K, gl, L):
     """Phase-2 state unit ``u`` (``nq`` units per column group, placed by
     :func:`unit_place`): chunked step 8 on the staged Kd, in place (``h' = h *
     gamma_{L-1}``, then ``fma(Kd_jm, vn_jc, h')`` for j = 0 .. L-1), four rows x four
     columns when ``nq == K / 4`` (``rows4``, ``phase2_state_unit``'s chains), else two rows
     (``state_rows2``)."""
-    k, g = unit_place(u, nq, ncg, il)
+    k, g = unit_place(u, nq)
     c4 = 4 * g
     if 4 * nq == K:
         m0 = 4 * k
@@ -136,7 +175,7 @@ def rec_state_unit(sm, u, nq, ncg, off_kp, K, gl, L, il):
 
 @_dev
 def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, it, ncomp,
-                   n1, nq, il, sm):
+                   n1, nq, sm):
     """Steps 6 and 8 of chunked for work item ``it`` over every chunk of its sequence,
     writing each chunk's start state and vn for the output kernel (module docstring).
     Threads ``tid < ncomp`` compute, the others copy. A CTA-wide call: every thread passes
@@ -220,20 +259,20 @@ def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, 
             gb = off_g + (ci & 1) * C            # this chunk's gamma buffer
             # phase 1: chunked step 6 (vn = U - W h), m ascending
             for u in range(tid, n1 * ncg, ncomp):
-                rec_phase1_unit(sm, u, n1, ncg, K, off_u, il)
+                rec_phase1_unit(sm, u, n1, K, off_u)
             block_sync()
             # phase 2: chunked step 8 (h' = h * gamma_{L-1}, then fma(Kd_jm, vn_jc, h')
             # for j = 0 .. L-1), in place
             gl = ld1(sm, gb + L - 1)
             for u in range(tid, ns, ncomp):
-                rec_state_unit(sm, u, nq, ncg, off_kp, K, gl, L, il)
+                rec_state_unit(sm, u, nq, off_kp, K, gl, L)
             block_sync()
 
     store_state_slice(hT, hT_idx[n], hv, c0, sm, K, w, tid, nthr)
 
 
 def gdn_rec_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, ncomp,
-                         n1, nq, il):
+                         n1, nq):
     sm = cuda.shared.array(0, _F32)
     rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0,
-                   cuda.blockIdx.x, ncomp, n1, nq, il, sm)
+                   cuda.blockIdx.x, ncomp, n1, nq, sm)

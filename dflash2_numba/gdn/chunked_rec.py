@@ -24,9 +24,7 @@ Knobs (plan time): ``DFLASH2_GDN_REC_THREADS`` = ``compute,copy`` threads of the
 recurrence CTA (default 96,128, at most 256 in all; whole warps of copy threads),
 ``DFLASH2_GDN_REC_ROWS`` = ``r1,r2``, rows of a phase-1 unit (1 or 2) and of a phase-2
 state unit (2 or 4) (default 2,4: 96 units in each phase at twelve columns), and
-``DFLASH2_GDN_REC_MAP`` = ``il`` or ``cg``, how units are placed on the compute threads
-(default ``il``: column groups interleaved within a warp), and chunked_split's
-``DFLASH2_GDN_SPLIT_COLS`` (state columns per CTA).
+chunked_split's ``DFLASH2_GDN_SPLIT_COLS`` (state columns per CTA).
 """
 from __future__ import annotations
 
@@ -54,7 +52,6 @@ STATE_LAUNCH_BOUNDS = (MAX_THREADS, 1)
 OUT_LAUNCH_BOUNDS = (256, 2)
 DEFAULT_THREADS = (96, 128)       # (H200, T = 65536: bench/RESULTS.md, GDN seventh round)
 DEFAULT_ROWS = "2,4"
-DEFAULT_MAP = "il"
 SIM_THREADS = (32, 32)
 
 _state = jit_bounded(gdn_rec_state_kernel, STATE_LAUNCH_BOUNDS)
@@ -66,7 +63,7 @@ def _arr(dt, nd):
 
 
 def _state_signatures():
-    return tuple(sig[:-1] + (types.int64,) + (types.int32,) * 4  # (no stage_kp)
+    return tuple(sig[:-1] + (types.int64, types.int32, types.int32, types.int32)  # (no stage_kp)
                  for sig in S._state_signatures())
 
 
@@ -99,16 +96,6 @@ def knob_units(K: int):
     return (C // 2 if r1 == 2 else C), (K // 4 if r2 == 4 else K // 2)
 
 
-def knob_map() -> int:
-    """How units are placed on threads, ``DFLASH2_GDN_REC_MAP``: ``il`` (default) the
-    column groups interleaved (``g = u % ncg``), ``cg`` a column group's units consecutive
-    (:func:`._split_state_rec.unit_place`); the chains are the same either way."""
-    raw = os.environ.get("DFLASH2_GDN_REC_MAP", "") or DEFAULT_MAP
-    if raw not in ("il", "cg"):
-        raise ValueError(f"DFLASH2_GDN_REC_MAP must be 'il' or 'cg', not {raw!r}")
-    return 1 if raw == "il" else 0
-
-
 def supports(plan: GdnPlan) -> None:
     """chunked_smprep's shapes, and the recurrence's and the output kernel's shared memory
     (both below the pre-pass's at every supported K, V; checked all the same)."""
@@ -130,16 +117,15 @@ def prepare(plan: GdnPlan, stream, out=None) -> None:
     W.plan_prep(s, PREP, plan.K)
     ncomp, ncopy = knob_threads(plan)
     n1, nq = knob_units(plan.K)
-    il = np.int32(knob_map())
     snap0 = s.extra0                     # (the chunk-start states follow the slots)
     args = (plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items, s.scr,
             s.F, np.int32(plan.H), np.int32(plan.K), snap0, np.int32(ncomp), np.int32(n1),
-            np.int32(nq), il)
+            np.int32(nq))
     if S.fit_threads(_state, args, ncomp + ncopy) < ncomp + ncopy:   # pragma: no cover
         raise RuntimeError(f"chunked_rec: {ncomp} + {ncopy} threads do not fit one SM")
     s.rec = SimpleNamespace(
         state=DynShared(_state, 4 * rec_floats(plan.K)), threads=ncomp + ncopy,
-        ncomp=np.int32(ncomp), n1=np.int32(n1), nq=np.int32(nq), il=il, snap0=snap0,
+        ncomp=np.int32(ncomp), n1=np.int32(n1), nq=np.int32(nq), snap0=snap0,
         out=DynShared(_out, 4 * out_floats(plan.K, plan.V)), out_threads=out_threads(plan.V),
         out_name=OUT_NAME)
     if out is not None:
@@ -155,7 +141,7 @@ def launch_state(plan: GdnPlan, stream) -> None:
     _registry.launch(STATE_NAME, r.state, s.n_items, r.threads, stream,
                      plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items,
                      s.scr, s.F, np.int32(plan.H), np.int32(plan.K), r.snap0, r.ncomp, r.n1,
-                     r.nq, r.il)
+                     r.nq)
 
 
 def launch_out(plan: GdnPlan, stream) -> None:
