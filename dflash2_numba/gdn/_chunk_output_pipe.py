@@ -3,8 +3,10 @@
 buffers, the next slab's global loads in flight while the current slab is computed.
 
 One CTA per (chunk slot, value head), ``2 V`` threads, the same 4 x 8 register tile a
-thread as ``gdn_chunk_out`` (rows ``4 rg .. 4 rg + 3`` x columns ``8 cg .. 8 cg + 7``,
-``(rg, cg) = (tid % 16, tid // 16)``). The operands come in slabs of ``sb`` rows (16 at
+thread as ``gdn_chunk_out`` (rows ``4 rg .. 4 rg + 3`` x columns ``8 cg .. 8 cg + 7``) but
+placed row-group-major, ``(rg, cg) = (tid // (V / 8), tid % (V / 8))``: the lanes of a
+warp share one or two row groups, so the triangular P vn loop (``4 rg + 1`` steps) costs
+a warp its own rows' steps instead of the longest row group's in the CTA. The operands come in slabs of ``sb`` rows (16 at
 V = 128, else 8: :func:`slab_rows`), each a ``sb x C`` block of qs^T or P^T followed by the
 ``sb x V`` block of h or vn with the same rows (two contiguous stretches of the scratch):
 
@@ -35,7 +37,7 @@ import numpy as np
 from numba import types
 
 from .._compat import cuda
-from ._chunk_output import RG, acc8, tail_step
+from ._chunk_output import acc8, tail_step
 from ._common import C, ZERO
 from ._split_ops import _dev, ld4, st4
 from ._split_state import scale4, st4z
@@ -139,8 +141,9 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
     o_p = o_u + C * V                                  # P^T [C][C]
     o_g = o_p + C * C                                  # gamma [C]
     o_h = snap0 + (np.int64(slot) * HV + hv) * (K * V)  # chunk-start state [K][V]
-    rg = tid % RG
-    c8 = 8 * (tid // RG)
+    ncg = V // 8                                       # column groups of eight
+    rg = tid // ncg                                    # (a warp's lanes: two row groups)
+    c8 = 8 * (tid - rg * ncg)
     i0 = I32(4 * rg)
     V32 = I32(V)
     sb = SB if V >= 128 else SB // 2                   # rows a slab (slab_rows)

@@ -41,7 +41,7 @@ from ._split_ops import VS, _dev, block_sync, fma4, ld1, ld2, ld4, opaque, st4
 from ._split_state import (OFF_VN, OFF_WQ, dot_h, item_layout, load_state_slice,
                            scale4, state_rows2, store_state_slice, sub4)
 from ._split_state_ws import prefetch_chunk_l2, rows4
-from ._split_state_wsr import (_Z4, copy_ug_rest, load_slots, load_ug, store_region,
+from ._split_state_wsr import (_Z4, SLOTS, copy_ug_rest, load_slots, load_ug, store_region,
                                store_ug, ug_slot, zero_slots)
 
 _F32 = types.float32        # (the dynamic shared array's dtype, as the simulator wants it)
@@ -62,15 +62,94 @@ def rec_regions(KC):
 
 
 @_dev
-def store_rows(dst, base, stride, sm, soff, nrows, ncg, pt, npt):
+def store_rows(dst, base, stride, sm, soff, nrows, ncg, at):
     """``dst[base + r * stride + 4g ..] = sm[soff + r * VS + 4g ..]`` for rows ``r < nrows``
-    and the ``ncg`` float4 of a row (16-byte moves, threads ``pt`` of ``npt``)."""
-    e = pt
-    while e < nrows * ncg:
-        r = e // ncg
-        g4 = 4 * (e - r * ncg)
-        st4(dst, base + r * stride + g4, ld4(sm, soff + r * VS + g4))
-        e += npt
+    and the ``ncg`` float4 ``g`` of a row (16-byte moves): this copy thread's elements
+    ``e = pt, pt + npt, ..`` (``e = r * ncg + g``), walked by the per-thread steps of
+    :func:`row_walk` ``at`` instead of a division an element."""
+    r, g, dr, dg = at
+    q = base + r * stride + 4 * g
+    sq = soff + r * VS + 4 * g
+    dq = dr * stride + 4 * dg
+    dsq = dr * VS + 4 * dg
+    wq = stride - 4 * ncg
+    wsq = VS - 4 * ncg
+    while r < nrows:
+        st4(dst, q, ld4(sm, sq))
+        r += dr
+        g += dg
+        q += dq
+        sq += dsq
+        if g >= ncg:
+            g -= ncg
+            r += 1
+            q += wq
+            sq += wsq
+
+
+@_dev
+def row_walk(pt, npt, ncg):
+    """``(r0, g0, dr, dg)``: copy thread ``pt``'s first element ``pt = r0 * ncg + g0`` of a
+    row-major ``rows x ncg`` float4 block, and the step ``npt = dr * ncg + dg``
+    (:func:`store_rows`)."""
+    r0 = pt // ncg
+    dr = npt // ncg
+    return r0, pt - r0 * ncg, dr, npt - dr * ncg
+
+
+@_dev
+def load_exact(scr, s, step):
+    """The ``SLOTS`` float4 a copy thread carries when they are all of a one-part region
+    and all valid (``n = SLOTS * nprod``): ``scr[s + k * step ..]``, k < ``SLOTS`` (no
+    clamp, no select: :func:`._split_state_wsr.load_slots`' values for that case)."""
+    return ((ld4(scr, s), ld4(scr, s + step), ld4(scr, s + 2 * step), ld4(scr, s + 3 * step),
+             ld4(scr, s + 4 * step), ld4(scr, s + 5 * step), ld4(scr, s + 6 * step),
+             ld4(scr, s + 7 * step)),
+            (ld4(scr, s + 8 * step), ld4(scr, s + 9 * step), ld4(scr, s + 10 * step),
+             ld4(scr, s + 11 * step), ld4(scr, s + 12 * step), ld4(scr, s + 13 * step),
+             ld4(scr, s + 14 * step), ld4(scr, s + 15 * step)))
+
+
+@_dev
+def store_exact(sm, d, step, x):
+    """:func:`load_exact`'s float4 to ``sm[d + k * step ..]`` (``store_region``'s stores
+    for that case)."""
+    a, b = x
+    st4(sm, d, a[0])
+    st4(sm, d + step, a[1])
+    st4(sm, d + 2 * step, a[2])
+    st4(sm, d + 3 * step, a[3])
+    st4(sm, d + 4 * step, a[4])
+    st4(sm, d + 5 * step, a[5])
+    st4(sm, d + 6 * step, a[6])
+    st4(sm, d + 7 * step, a[7])
+    st4(sm, d + 8 * step, b[0])
+    st4(sm, d + 9 * step, b[1])
+    st4(sm, d + 10 * step, b[2])
+    st4(sm, d + 11 * step, b[3])
+    st4(sm, d + 12 * step, b[4])
+    st4(sm, d + 13 * step, b[5])
+    st4(sm, d + 14 * step, b[6])
+    st4(sm, d + 15 * step, b[7])
+
+
+@_dev
+def load_region(scr, s, exact, pt4, step4, ptid, nprod, n4):
+    """The carried float4 of a one-part region at ``scr[s ..]``: :func:`load_exact` when
+    they are the whole region (``exact``), else ``load_slots``."""
+    if exact:
+        return load_exact(scr, s + pt4, step4)
+    return load_slots(scr, ptid, nprod, n4, n4, s, s)
+
+
+@_dev
+def put_region(sm, scr, s, d, exact, pt4, step4, ptid, nprod, n4, x):
+    """:func:`load_region`'s float4 (and, when not ``exact``, the rest of the region) into
+    ``sm[d ..]``."""
+    if exact:
+        store_exact(sm, d + pt4, step4, x)
+    else:
+        store_region(sm, scr, ptid, nprod, n4, n4, s, s, d, x)
 
 
 @_dev
@@ -209,6 +288,10 @@ def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, 
         pf_l2 = c0 == 0                          # one CTA per value head prefetches into L2
         u0 = ug_slot(ptid, ncg, cu, V, off_u, o_g, off_g)
         u1 = ug_slot(ptid + nprod, ncg, cu, V, off_u, o_g, off_g)
+        walk = row_walk(ptid, nprod, ncg)        # (once: the chunk loop adds, never divides)
+        exact = n4 == SLOTS * nprod              # the carried float4 are the whole region
+        pt4 = I32(4 * ptid)
+        step4 = I32(4 * nprod)
         x = zero_slots()
         xu = (_Z4, _Z4)
         if nch > 0:
@@ -216,9 +299,9 @@ def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, 
                 prefetch_chunk_l2(scr, sb + F, o_w, o_w, nvh, I32(0), ptid, nprod)
             store_ug(sm, u0, u1, 0, load_ug(scr, sb, u0, u1))
             copy_ug_rest(sm, scr, sb, ptid + 2 * nprod, nprod, ncg, cu, V, off_u, o_g, off_g, 0)
-            store_region(sm, scr, ptid, nprod, n4, n4, sb + o_w, sb + o_w, OFF_WQ,
-                         load_slots(scr, ptid, nprod, n4, n4, sb + o_w, sb + o_w))
-            x = load_slots(scr, ptid, nprod, n4, n4, sb + o_kd, sb + o_kd)
+            put_region(sm, scr, sb + o_w, OFF_WQ, exact, pt4, step4, ptid, nprod, n4,
+                       load_region(scr, sb + o_w, exact, pt4, step4, ptid, nprod, n4))
+            x = load_region(scr, sb + o_kd, exact, pt4, step4, ptid, nprod, n4)
         block_sync()
         for ci in range(nch):
             L = min(C, ln - ci * C)
@@ -228,13 +311,13 @@ def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, 
             ptid = opaque(ptid)
             if pf_l2 and ci + 2 < nch:
                 prefetch_chunk_l2(scr, sb + 2 * F, o_w, o_w, nvh, I32(0), ptid, nprod)
-            store_region(sm, scr, ptid, nprod, n4, n4, sb + o_kd, sb + o_kd, off_kp, x)
-            store_rows(scr, sh, V, sm, 0, K, ncg, ptid, nprod)
+            put_region(sm, scr, sb + o_kd, off_kp, exact, pt4, step4, ptid, nprod, n4, x)
+            store_rows(scr, sh, V, sm, 0, K, ncg, walk)
             x = zero_slots()
             xu = (_Z4, _Z4)
             if ci + 1 < nch:
                 xu = load_ug(scr, sn, u0, u1)
-                x = load_slots(scr, ptid, nprod, n4, n4, sn + o_w, sn + o_w)
+                x = load_region(scr, sn + o_w, exact, pt4, step4, ptid, nprod, n4)
             block_sync()
             # phase 2: the next chunk's W^T / U / gamma (other gamma buffer) into shared
             # memory, this chunk's vn out (over its U slice), then the next chunk's Kd loads
@@ -243,11 +326,11 @@ def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, 
                 store_ug(sm, u0, u1, (ci + 1) & 1, xu)
                 copy_ug_rest(sm, scr, sn, ptid + 2 * nprod, nprod, ncg, cu, V, off_u, o_g,
                              off_g, (ci + 1) & 1)
-                store_region(sm, scr, ptid, nprod, n4, n4, sn + o_w, sn + o_w, OFF_WQ, x)
-            store_rows(scr, sb + cu, V, sm, OFF_VN, L, ncg, ptid, nprod)
+                put_region(sm, scr, sn + o_w, OFF_WQ, exact, pt4, step4, ptid, nprod, n4, x)
+            store_rows(scr, sb + cu, V, sm, OFF_VN, L, ncg, walk)
             x = zero_slots()
             if ci + 1 < nch:
-                x = load_slots(scr, ptid, nprod, n4, n4, sn + o_kd, sn + o_kd)
+                x = load_region(scr, sn + o_kd, exact, pt4, step4, ptid, nprod, n4)
             block_sync()
             sb += F
             sh += shs
