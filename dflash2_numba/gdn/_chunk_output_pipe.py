@@ -2,11 +2,13 @@
 :mod:`._chunk_output`'s kernel with its operands streamed through two shared-memory
 buffers, the next slab's global loads in flight while the current slab is computed.
 
-One CTA per (chunk slot, value head), ``2 V`` threads, the same 4 x 8 register tile a
-thread as ``gdn_chunk_out`` (rows ``4 rg .. 4 rg + 3`` x columns ``8 cg .. 8 cg + 7``) but
-placed row-group-major, ``(rg, cg) = (tid // (V / 8), tid % (V / 8))``: the lanes of a
-warp share one or two row groups, so the triangular P vn loop (``4 rg + 1`` steps) costs
-a warp its own rows' steps instead of the longest row group's in the CTA. The operands come in slabs of ``sb`` rows (16 at
+One CTA per (chunk slot, value head), ``2 V`` threads, a 4 x 8 register tile a thread
+like ``gdn_chunk_out``'s, placed row-group-major: ``(rg, cg) = (tid // (V / 8),
+tid % (V / 8))``, rows ``4 rg .. 4 rg + 3`` x columns ``4 cg .. 4 cg + 3`` and
+``V/2 + 4 cg .. V/2 + 4 cg + 3``. The lanes of a warp share one or two row groups, so the
+triangular P vn loop (``4 rg + 1`` steps) costs a warp its own rows' steps instead of
+the longest row group's in the CTA, and the lanes' h / vn loads cover consecutive
+16-byte words (no bank conflicts). The operands come in slabs of ``sb`` rows (16 at
 V = 128, else 8: :func:`slab_rows`), each a ``sb x C`` block of qs^T or P^T followed by the
 ``sb x V`` block of h or vn with the same rows (two contiguous stretches of the scratch):
 
@@ -37,9 +39,9 @@ import numpy as np
 from numba import types
 
 from .._compat import cuda
-from ._chunk_output import acc8, tail_step
+from ._chunk_output import acc8
 from ._common import C, ZERO
-from ._split_ops import _dev, ld4, st4
+from ._split_ops import _dev, fma4, ld1, ld4, st4
 from ._split_state import scale4, st4z
 
 _F32 = types.float32
@@ -95,19 +97,27 @@ def store_slab(sm, d, n, tid, nthr, x):
 
 
 @_dev
-def acc_steps(sm, p, ph, V, nb, a0, a1, a2, a3, b0, b1, b2, b3):
+def acc_steps(sm, p, ph, V, hb, nb, a0, a1, a2, a3, b0, b1, b2, b3):
     """``nb`` steps of the 4 x 8 tile (``acc8`` on ``sm[p + t C ..]`` and
-    ``sm[ph + t V ..]``, t ascending) with 32-bit counters and offsets (numba's ``range``
+    ``sm[ph + t V ..]``, ``sm[ph + hb + t V ..]``, t ascending) with 32-bit counters and offsets (numba's ``range``
     counts in 64 bits: five integer instructions a step); returns the advanced offsets and
     the tile."""
     k = I32(0)
     while k < nb:
-        a0, a1, a2, a3, b0, b1, b2, b3 = acc8(ld4(sm, p), ld4(sm, ph), ld4(sm, ph + 4),
+        a0, a1, a2, a3, b0, b1, b2, b3 = acc8(ld4(sm, p), ld4(sm, ph), ld4(sm, ph + hb),
                                               a0, a1, a2, a3, b0, b1, b2, b3)
         p += C32
         ph += V
         k += I32(1)
     return p, ph, a0, a1, a2, a3, b0, b1, b2, b3
+
+
+@_dev
+def tail_step(sm, pj, pv, hb, r, a, b):
+    """Row ``r``'s (0 .. 3) step of the P vn tail: ``fma(P^T[j][i0 + r], vn_j, .)`` on its
+    two float4 of columns (``sm[pv ..]`` and ``sm[pv + hb ..]``)."""
+    x = ld1(sm, pj + r)
+    return fma4(x, ld4(sm, pv), a), fma4(x, ld4(sm, pv + hb), b)
 
 
 @_dev
@@ -141,9 +151,10 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
     o_p = o_u + C * V                                  # P^T [C][C]
     o_g = o_p + C * C                                  # gamma [C]
     o_h = snap0 + (np.int64(slot) * HV + hv) * (K * V)  # chunk-start state [K][V]
-    ncg = V // 8                                       # column groups of eight
+    ncg = V // 8                                       # column groups
     rg = tid // ncg                                    # (a warp's lanes: two row groups)
-    c8 = 8 * (tid - rg * ncg)
+    c8 = 4 * (tid - rg * ncg)                          # columns c8 .. + 3, hb + c8 .. + 3
+    hb = I32(V // 2)
     i0 = I32(4 * rg)
     V32 = I32(V)
     sb = SB if V >= 128 else SB // 2                   # rows a slab (slab_rows)
@@ -164,7 +175,7 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
         b1s, b2s = slab_bases(s + 1, sb, nsm, o_qs, o_h, o_p, o_u, V)
         x = load_slab(scr, b1s, b2s, nc, n, tid, nthr)     # (s + 1 < ns: L >= 1)
         pq, ph, a0, a1, a2, a3, b0, b1, b2, b3 = acc_steps(
-            sm, cur + i0, cur + I32(sb * C + c8), V32, I32(sb),
+            sm, cur + i0, cur + I32(sb * C + c8), V32, hb, I32(sb),
             a0, a1, a2, a3, b0, b1, b2, b3)
         cur = sbuf - cur
         store_slab(sm, cur, n, tid, nthr, x)
@@ -193,19 +204,19 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
         if nst < 0:
             nst = I32(0)
         pj, pv, a0, a1, a2, a3, b0, b1, b2, b3 = acc_steps(
-            sm, cur + i0, cur + I32(sb * C + c8), V32, nst,
+            sm, cur + i0, cur + I32(sb * C + c8), V32, hb, nst,
             a0, a1, a2, a3, b0, b1, b2, b3)
         if j0 <= i0 and i0 < j0 + sb:                  # (then i0 + 3 < j0 + sb)
-            a1, b1 = tail_step(sm, pj, pv, 1, a1, b1)  # j = i0 + 1: rows 1 .. 3
-            a2, b2 = tail_step(sm, pj, pv, 2, a2, b2)
-            a3, b3 = tail_step(sm, pj, pv, 3, a3, b3)
+            a1, b1 = tail_step(sm, pj, pv, hb, 1, a1, b1)  # j = i0 + 1: rows 1 .. 3
+            a2, b2 = tail_step(sm, pj, pv, hb, 2, a2, b2)
+            a3, b3 = tail_step(sm, pj, pv, hb, 3, a3, b3)
             pj += C32
             pv += V32
-            a2, b2 = tail_step(sm, pj, pv, 2, a2, b2)  # j = i0 + 2: rows 2, 3
-            a3, b3 = tail_step(sm, pj, pv, 3, a3, b3)
+            a2, b2 = tail_step(sm, pj, pv, hb, 2, a2, b2)  # j = i0 + 2: rows 2, 3
+            a3, b3 = tail_step(sm, pj, pv, hb, 3, a3, b3)
             pj += C32
             pv += V32
-            a3, b3 = tail_step(sm, pj, pv, 3, a3, b3)  # j = i0 + 3: row 3
+            a3, b3 = tail_step(sm, pj, pv, hb, 3, a3, b3)  # j = i0 + 3: row 3
         cur = sbuf - cur
         store_slab(sm, cur, nn, tid, nthr, x)
         cuda.syncthreads()
@@ -216,13 +227,13 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
     vp = V + 4
     p = i0 * vp + c8
     st4(sm, p, a0)
-    st4(sm, p + 4, b0)
+    st4(sm, p + hb, b0)
     st4(sm, p + vp, a1)
-    st4(sm, p + vp + 4, b1)
+    st4(sm, p + vp + hb, b1)
     st4(sm, p + 2 * vp, a2)
-    st4(sm, p + 2 * vp + 4, b2)
+    st4(sm, p + 2 * vp + hb, b2)
     st4(sm, p + 3 * vp, a3)
-    st4(sm, p + 3 * vp + 4, b3)
+    st4(sm, p + 3 * vp + hb, b3)
     cuda.syncthreads()
     n8 = V // 8                                        # eight columns a thread a row
     i = tid // n8
