@@ -165,10 +165,8 @@ def unit_place(u, n):
 def rows2_ahead(src, p, stride, x, px, a0, a1, n):
     """``rows2``'s chains (``a_r[c] = fma(src[p + t*stride + r], x[px + t*VS + c], a_r[c])``
     for t = 0 .. n-1 ascending, r = 0, 1), four steps a pass with the next four steps'
-    loads issued before this pass's 32 fma (``n`` a multiple of 4): a lone warp on its
-    scheduler waits on fewer shared loads. The last pass loads four rows past the end,
-    which are not used (they lie inside the shared array: W^T is followed by Kd and the
-    state slice by vn)."""
+    loads issued before this pass's 32 fma (``n`` a multiple of 4, at least 4): a lone warp
+    on its scheduler waits on fewer shared loads. No load reaches past row ``n - 1``."""
     s2 = 2 * stride
     s3 = 3 * stride
     f0 = ld2(src, p)
@@ -179,7 +177,7 @@ def rows2_ahead(src, p, stride, x, px, a0, a1, n):
     h1 = ld4(x, px + VS)
     h2 = ld4(x, px + 2 * VS)
     h3 = ld4(x, px + 3 * VS)
-    t = 0
+    t = 4
     while t < n:
         p += 4 * stride
         px += 4 * VS
@@ -191,17 +189,24 @@ def rows2_ahead(src, p, stride, x, px, a0, a1, n):
         k1 = ld4(x, px + VS)
         k2 = ld4(x, px + 2 * VS)
         k3 = ld4(x, px + 3 * VS)
-        a0 = fma4(f0[0], h0, a0)
-        a1 = fma4(f0[1], h0, a1)
-        a0 = fma4(f1[0], h1, a0)
-        a1 = fma4(f1[1], h1, a1)
-        a0 = fma4(f2[0], h2, a0)
-        a1 = fma4(f2[1], h2, a1)
-        a0 = fma4(f3[0], h3, a0)
-        a1 = fma4(f3[1], h3, a1)
+        a0, a1 = four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1)
         f0, f1, f2, f3 = g0, g1, g2, g3
         h0, h1, h2, h3 = k0, k1, k2, k3
         t += 4
+    return four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1)
+
+
+@_dev
+def four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1):
+    """Four steps of :func:`rows2_ahead`'s two chains per column, in order."""
+    a0 = fma4(f0[0], h0, a0)
+    a1 = fma4(f0[1], h0, a1)
+    a0 = fma4(f1[0], h1, a0)
+    a1 = fma4(f1[1], h1, a1)
+    a0 = fma4(f2[0], h2, a0)
+    a1 = fma4(f2[1], h2, a1)
+    a0 = fma4(f3[0], h3, a0)
+    a1 = fma4(f3[1], h3, a1)
     return a0, a1
 
 
