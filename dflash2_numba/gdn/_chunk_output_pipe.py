@@ -120,6 +120,16 @@ def tail_step(sm, pj, pv, hb, r, a, b):
     return fma4(x, ld4(sm, pv), a), fma4(x, ld4(sm, pv + hb), b)
 
 
+@_dev
+def slab_bases(s, sb, nsm, o_qs, o_h, o_p, o_u, V):
+    """Global float offsets of slab ``s``'s two stretches (``sb`` rows a slab; module
+    docstring)."""
+    if s < nsm:
+        return o_qs + s * (sb * C), o_h + s * (sb * V)
+    s2 = s - nsm
+    return o_p + s2 * (sb * C), o_u + s2 * (sb * V)
+
+
 def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
     """Chunked step 7 for chunk slot ``blockIdx.x // HV`` and value head
     ``blockIdx.x % HV`` (module docstring)."""
@@ -156,22 +166,13 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
     z = _Z4
     a0, a1, a2, a3, b0, b1, b2, b3 = z, z, z, z, z, z, z, z
 
-    # the next slab's two stretches, advanced by adds (slabs 0 .. nsm - 1 from qs^T | h,
-    # then from P^T | vn: module docstring)
-    b1s = o_qs
-    b2s = o_h
-    dc = sb * C
-    dv = sb * V
+    b1s, b2s = slab_bases(0, sb, nsm, o_qs, o_h, o_p, o_u, V)
     store_slab(sm, 0, n, tid, nthr, load_slab(scr, b1s, b2s, nc, n, tid, nthr))
     cuda.syncthreads()
     # 1. qh = qs h, m ascending, one slab of sb rows of m after the other
     cur = I32(0)
     for s in range(nsm):
-        b1s += dc
-        b2s += dv
-        if s + 1 == nsm:
-            b1s = o_p
-            b2s = o_u
+        b1s, b2s = slab_bases(s + 1, sb, nsm, o_qs, o_h, o_p, o_u, V)
         x = load_slab(scr, b1s, b2s, nc, n, tid, nthr)     # (s + 1 < ns: L >= 1)
         pq, ph, a0, a1, a2, a3, b0, b1, b2, b3 = acc_steps(
             sm, cur + i0, cur + I32(sb * C + c8), V32, hb, I32(sb),
@@ -196,8 +197,7 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
         nn = n
         if s + 1 >= ns:
             nn = 0
-        b1s += dc
-        b2s += dv
+        b1s, b2s = slab_bases(s + 1, sb, nsm, o_qs, o_h, o_p, o_u, V)
         x = load_slab(scr, b1s, b2s, nc, nn, tid, nthr)
         j0 = I32((s - nsm) * sb)
         nst = min(j0 + I32(sb), i0 + I32(1)) - j0       # this slab's common steps
