@@ -320,3 +320,22 @@ def test_rec_pipe_output_slabs_of_sixteen_rows(dtype, out_dtype):
     assert o.dtype == (np.float32 if out_dtype else dtype)
     _assert_same(o, ref_o, f"chunked_rec_pipe V=128 ({o.dtype}): output")
     _assert_same(s, ref_s, f"chunked_rec_pipe V=128 ({o.dtype}): final state")
+
+
+def test_rec_pipe_below_cc8_runs_the_staged_output_kernel(monkeypatch):
+    """Below compute capability 8.0 chunked_rec_pipe launches ``gdn_chunk_out`` (the sm_70
+    form without spills) instead of ``gdn_chunk_out_pipe``; the simulator runs the pipe. Both
+    plans give the frozen kernel's bytes."""
+    if "chunked_rec_pipe" not in VARIANTS:
+        pytest.skip("chunked_rec_pipe not registered")
+    from dflash2_numba.gdn import chunked_rec_pipe
+
+    assert chunked_rec_pipe.pipe_here()
+    monkeypatch.setattr(chunked_rec_pipe, "pipe_here", lambda: False)
+    ref_o, ref_s = _reference(KNOB_CASE, "float32")
+    _registry.route_counters(reset=True)
+    o, s = gdn_prefill(**_inputs(KNOB_CASE), variant="chunked_rec_pipe", out_dtype="float32")
+    routes = _registry.route_counters(reset=True)
+    assert routes.get("gdn_chunk_out", 0) == 1 and "gdn_chunk_out_pipe" not in routes
+    _assert_same(o, ref_o, "chunked_rec_pipe, sm_70 plan: output")
+    _assert_same(s, ref_s, "chunked_rec_pipe, sm_70 plan: final state")
