@@ -129,7 +129,11 @@ def _launched_at(spec, cc) -> bool:
     return tuple(spec.min_cc) <= tuple(cc) <= tuple(spec.max_cc)
 
 
-def build_reports(cc=(7, 0), family: Optional[str] = None) -> List[KernelReport]:
+def build_reports(cc=(7, 0), family: Optional[str] = None, variant: Optional[str] = None,
+                  dump: Optional[str] = None) -> List[KernelReport]:
+    """One row per (kernel, signature) launched at ``cc``, of ``family`` / ``variant`` when
+    given; ``dump``: also write each PTX to ``dump/<variant>.<kernel>.<i>.sm<cc>.ptx`` (to
+    diff one toolchain's PTX against another's)."""
     import dflash2_numba  # noqa: F401  (registers every variant)
     from dflash2_numba._compat import compile_ptx_cc
     from dflash2_numba._registry import all_kernel_specs
@@ -137,14 +141,20 @@ def build_reports(cc=(7, 0), family: Optional[str] = None) -> List[KernelReport]
     ptxas = find_ptxas()
     reports = []
     for fam, vname, spec in all_kernel_specs():
-        if (family and fam != family) or not _launched_at(spec, cc):
+        if (family and fam != family) or (variant and vname != variant) \
+                or not _launched_at(spec, cc):
             continue
-        for sig in spec.signatures:
+        for i, sig in enumerate(spec.signatures):
             r = KernelReport(fam, vname, spec.name, _sig_text(sig))
             try:
                 ptx, _ = compile_ptx_cc(spec.pyfunc, sig, cc=cc,
                                         launch_bounds=getattr(spec, "launch_bounds", None))
                 r.fp64_instructions = count_fp64(ptx)
+                if dump:
+                    os.makedirs(dump, exist_ok=True)
+                    name = f"{vname}.{spec.name}.{i}.sm{cc[0]}{cc[1]}.ptx"
+                    with open(os.path.join(dump, name), "w") as f:
+                        f.write(ptx)
                 if ptxas is None:
                     r.error = "no ptxas that targets sm_70 (install the cuda12 extra)"
                 else:
@@ -174,6 +184,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dflash2_numba.ptx", description=__doc__.splitlines()[0])
     ap.add_argument("--cc", default="7.0", help="compute capability, e.g. 7.0")
     ap.add_argument("--family", choices=["attention", "gdn"], default=None)
+    ap.add_argument("--variant", default=None, help="only this variant's kernels")
+    ap.add_argument("--dump", default=None, help="also write each kernel's PTX into this folder")
     ap.add_argument("--json", default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
@@ -181,7 +193,7 @@ def main(argv=None) -> int:
         env.pop("NUMBA_ENABLE_CUDASIM")
         return subprocess.call([sys.executable, "-m", "dflash2_numba.ptx", *(argv or sys.argv[1:])], env=env)
     major, minor = (int(x) for x in args.cc.split("."))
-    reports = build_reports((major, minor), args.family)
+    reports = build_reports((major, minor), args.family, args.variant, args.dump)
     print(format_table(reports))
     bad = [r for r in reports if not r.ok]
     others = kernels_not_for((major, minor), args.family)

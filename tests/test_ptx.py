@@ -56,3 +56,20 @@ def test_count_fp64_on_text():
     assert count_fp64("\tmul.rn.f64 \t%fd1, %fd2, %fd3;\n\tadd.f32 %f1, %f2, %f3;\n") == 1
     assert count_fp64("\tcvt.f64.f32 \t%fd1, %f1;\n") == 1
     assert count_fp64("\tfma.rn.f32 \t%f1, %f2, %f3, %f4;\n") == 0
+
+
+def test_report_of_one_variant_dumps_its_ptx(tmp_path):
+    """``--variant`` keeps one variant's kernels; ``--dump`` writes each signature's PTX
+    (the file a later run on another toolchain is diffed against)."""
+    dump = tmp_path / "ptx"
+    out = tmp_path / "rows.json"
+    proc = subprocess.run([sys.executable, "-m", "dflash2_numba.ptx", "--cc", "7.0", "--variant",
+                           "serial", "--dump", str(dump), "--json", str(out)],
+                          capture_output=True, text=True, env=_env(), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    rows = json.loads(out.read_text())
+    assert rows and {r["variant"] for r in rows} == {"serial"}
+    files = sorted(p.name for p in dump.iterdir())
+    assert len(files) == len(rows)
+    assert all(f.startswith("serial.") and f.endswith(".sm70.ptx") for f in files)
+    assert all(".target sm_70" in (dump / f).read_text() for f in files)
