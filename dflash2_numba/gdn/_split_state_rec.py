@@ -9,17 +9,21 @@ taken out:
 
 * phase 1 (compute): the units of step 6 only (m ascending from 0, ``vn = U - wh``), one
   row x four columns (``dot_h``, ``64 (w/4)`` units) or two rows x four columns
-  (``phase1_unit``'s W^T product, half as many); no ``qh``;
+  (``phase1_unit``'s W^T product, half as many, with the operands loaded four steps
+  ahead: :func:`rows2_ahead`); no ``qh``;
 * phase 2 (compute): the state units of step 8 only, four rows x four columns
-  (``phase2_state_unit``) or two rows x four columns (``state_rows2``; twice the units for
-  the same chains, ``DFLASH2_GDN_REC_ROWS``); no output units;
+  (``phase2_state_unit``'s chains) or two rows x four columns (``state_rows2``; twice the
+  units for the same chains, ``DFLASH2_GDN_REC_ROWS``); no output units;
 * the copy warps move W^T, Kd, the U slice and gamma (no qs^T, no P^T: 64 KB a chunk
   instead of 112 KB at K = 128), and write out what the output kernel needs: in phase 1,
   while nothing writes the state slice, the chunk-start state ``h`` (the state before
   chunk ``ci``'s update) to ``scr[snap0 + ((slot * HV + hv) * K + m) * V + c]``; in
   phase 2, while nothing writes vn, this chunk's ``vn`` rows ``i < L`` over the slot's U
   slice (U has been read: it was staged a phase earlier; each CTA writes only its own
-  columns).
+  columns). Those row copies step through their elements with per-thread increments
+  (:func:`row_walk`, no division an element), and when a thread's carried float4 are a
+  whole region (W^T and Kd at 128 copy threads, K = 128) they move without the general
+  path's clamp and select (:func:`load_exact` / :func:`store_exact`).
 
 Every value the compute warps produce is made by the same chain as in ``chunked_wsr``
 (same tiles, operands, order and initial values; only the unit count and which thread
