@@ -121,6 +121,15 @@ def gpu_available() -> bool:
         return False
 
 
+def device_cc_at_least(cc) -> bool:
+    """Whether the current device has compute capability ``cc`` or newer: the test that
+    picks a variant's schedule for the device at plan time (the simulator runs the newest
+    schedules, the H200's)."""
+    if SIMULATOR:
+        return True
+    return tuple(cuda.get_current_device().compute_capability) >= tuple(cc)
+
+
 class _FakeDevice:
     def __init__(self, cc):
         self.compute_capability = tuple(cc)

@@ -339,3 +339,11 @@ def test_rec_pipe_below_cc8_runs_the_staged_output_kernel(monkeypatch):
     assert routes.get("gdn_chunk_out", 0) == 1 and "gdn_chunk_out_pipe" not in routes
     _assert_same(o, ref_o, "chunked_rec_pipe, sm_70 plan: output")
     _assert_same(s, ref_s, "chunked_rec_pipe, sm_70 plan: final state")
+
+
+def test_device_cc_at_least_picks_the_newest_schedule_on_the_simulator():
+    """The plan-time capability test that chunked_rec_pipe and tiled_compact share: the
+    simulator runs the newest (H200) schedules."""
+    from dflash2_numba._compat import device_cc_at_least
+
+    assert device_cc_at_least((8, 0)) and device_cc_at_least((9, 0))

@@ -48,7 +48,7 @@ import math  # noqa: F401  (the generated source calls math.exp)
 
 import numpy as np
 
-from .._compat import SIMULATOR, cuda
+from .._compat import cuda, device_cc_at_least
 from .._dynshared import DynShared
 from .._registry import KernelSpec, Variant, launch, register
 from ..contract import EXP_CLAMP, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
@@ -388,9 +388,7 @@ def _split_name(D, vec, defer_o=True):
 def defer_o_here() -> bool:
     """The schedule for the current device: deferred O from compute capability 8.0 on (and on
     the simulator, which runs the H200's form)."""
-    if SIMULATOR:
-        return True
-    return tuple(cuda.get_current_device().compute_capability) >= DEFER_O_MIN_CC
+    return device_cc_at_least(DEFER_O_MIN_CC)
 
 
 def split_launch(plan, kernels=None, defer_o=None):

@@ -19,7 +19,7 @@ its (256, 2) launch bounds, and the spill-free form tried (slab addresses advanc
 from __future__ import annotations
 
 from .. import _registry
-from .._compat import SIMULATOR, cuda, jit_bounded
+from .._compat import device_cc_at_least, jit_bounded
 from .._dynshared import max_dynamic_shared
 from . import chunked_rec as RC
 from ._chunk_output_pipe import gdn_chunk_out_pipe_kernel, pipe_fits, pipe_floats
@@ -49,9 +49,7 @@ def supports(plan: GdnPlan) -> None:
 def pipe_here() -> bool:
     """Whether the current device runs ``gdn_chunk_out_pipe`` (compute capability 8.0 on,
     and the simulator) rather than ``gdn_chunk_out``."""
-    if SIMULATOR:
-        return True
-    return tuple(cuda.get_current_device().compute_capability) >= PIPE_MIN_CC
+    return device_cc_at_least(PIPE_MIN_CC)
 
 
 def prepare(plan: GdnPlan, stream) -> None:
