@@ -1,5 +1,6 @@
 """Timing experiment only: the warp-specialised state passes (``chunked_ws``'s
-``ws_state_item``, ``chunked_wsr``'s ``wsr_state_item``) with per-warp cycle stamps
+``ws_state_item``, ``chunked_wsr``'s ``wsr_state_item``, and ``chunked_rec``'s recurrence
+``rec_state_item``, which ``chunked_rec_pipe`` runs too) with per-warp cycle stamps
 around their two phases, to see where a chunk step's cycles go (which warps are busy for
 how long in each phase, and how long each waits at the barrier that ends it).
 
@@ -26,7 +27,7 @@ import warnings
 import numpy as np
 
 from dflash2_numba._compat import SIMULATOR, cuda, jit_bounded
-from dflash2_numba.gdn import _split_state_ws, _split_state_wsr
+from dflash2_numba.gdn import _split_state_rec, _split_state_ws, _split_state_wsr
 from dflash2_numba.gdn.chunked_ws import WS_LAUNCH_BOUNDS
 
 from ._source_edit import edited_device_function
@@ -109,6 +110,46 @@ _WSR_EDITS = (
      _REC + "\n    store_state_slice"),
 )
 
+# chunked_rec's recurrence (rec_state_item): the same five stamps in both warp roles
+_REC_END = ("            t_d = clk()\n            block_sync()\n            t_e = clk()\n"
+            "            rec(stamps, it, ci, c_lo, c_hi, t_a, t_b, t_c, t_d, t_e)\n")
+_RECURRENCE_EDITS = (
+    ("def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, it, ncomp,\n"
+     "                   n1, nq, sm):",
+     "def clocked_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, it, ncomp,\n"
+     "                 n1, nq, sm, stamps, c_lo, c_hi):"),
+    ("            sn = sb + F\n", "            sn = sb + F\n            t_a = clk()\n"),
+    ("            block_sync()\n            # phase 2: the next chunk's",
+     "            t_b = clk()\n            block_sync()\n            t_c = clk()\n"
+     "            # phase 2: the next chunk's"),
+    ("            block_sync()\n            sb += F\n            sh += shs\n",
+     _REC_END + "            sb += F\n            sh += shs\n"),
+    ("            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer\n",
+     "            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer\n"
+     "            t_a = clk()\n"),
+    ("            block_sync()\n            # phase 2: chunked step 8",
+     "            t_b = clk()\n            block_sync()\n            t_c = clk()\n"
+     "            # phase 2: chunked step 8"),
+    ("                rec_state_unit(sm, u, nq, off_kp, K, gl, L)\n            block_sync()\n",
+     "                rec_state_unit(sm, u, nq, off_kp, K, gl, L)\n" + _REC_END),
+)
+
+
+def _build_recurrence(launch_bounds):
+    """``gdn_rec_state`` with stamps: its arguments, then ``stamps``, ``c_lo``, ``c_hi``."""
+    item, namespace = edited_device_function(_split_state_rec, "rec_state_item",
+                                             _RECURRENCE_EDITS, "clocked_item",
+                                             {"clk": clk, "rec": rec})
+    f32 = namespace["_F32"]
+
+    def clocked_rec_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, ncomp,
+                           n1, nq, stamps, c_lo, c_hi):
+        sm = cuda.shared.array(0, f32)
+        item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, cuda.blockIdx.x,
+             ncomp, n1, nq, sm, stamps, c_lo, c_hi)
+
+    return jit_bounded(clocked_rec_kernel, launch_bounds)
+
 
 def _build(module, fn_name, edits):
     item, namespace = edited_device_function(module, fn_name, edits, "clocked_item",
@@ -129,10 +170,17 @@ _KERNELS = {}
 
 def clocked_kernel(variant: str = "chunked_ws"):
     """The state pass of ``variant`` (``chunked_ws``, ``chunked_wsr``, ``chunked_wsr_two_loop``,
-    or ``chunked_wsr:FORM`` with an output unit of :mod:`bench._out_unit_forms`) with cycle
-    stamps:
+    or ``chunked_wsr:FORM`` with an output unit of :mod:`bench._out_unit_forms`; or
+    ``chunked_rec`` / ``chunked_rec_pipe``, whose recurrence has its own arguments:
+    ``snap0, ncomp, n1, nq``) with cycle stamps:
     the state kernel's arguments, then ``stamps`` int64 [items, c_hi - c_lo, warps, 5],
     ``c_lo``, ``c_hi`` (built once per variant)."""
+    if variant in ("chunked_rec", "chunked_rec_pipe"):
+        from dflash2_numba.gdn import chunked_rec as RC
+
+        if "chunked_rec" not in _KERNELS:
+            _KERNELS["chunked_rec"] = _build_recurrence(RC.STATE_LAUNCH_BOUNDS)
+        return _KERNELS["chunked_rec"]
     if variant not in _KERNELS:
         if variant == "chunked_ws":
             _KERNELS[variant] = _build(_split_state_ws, "ws_state_item", _WS_EDITS)
@@ -158,7 +206,8 @@ def stamp_buffer(call, nchunks: int):
     """A device array for the stamps of a planned warp-specialised call: [items, nchunks,
     warps, 5] int64, -1 (never written) everywhere."""
     s = call.plan.scratch
-    nwarps = -(-(int(s.ws.ncomp) + s.ws.ncopy) // 32)
+    nthreads = s.rec.threads if hasattr(s, "rec") else int(s.ws.ncomp) + s.ws.ncopy
+    nwarps = -(-nthreads // 32)
     return cuda.to_device(np.full((s.n_items, nchunks, nwarps, N_STAMPS), -1, np.int64))
 
 

@@ -17,7 +17,8 @@ Modes
                 ``--variants``) with parts switched off (copies, phase-1 fma loops, phase-2
                 fma loops; see :mod:`bench._state_leave_one_out`), results discarded: the
                 time each part costs.
-  ``phase-clock`` the state pass of ``--gdn-variant`` (``chunked_ws`` / ``_wsr`` / ``_wsr:FORM``) with
+  ``phase-clock`` the state pass of ``--gdn-variant`` (``chunked_ws`` / ``_wsr`` / ``_wsr:FORM`` /
+                ``chunked_rec``: its recurrence) with
                 per-warp ``%clock64`` stamps around its
                 two phases for chunks ``--clock-chunks LO:HI`` (see
                 :mod:`bench._state_phase_clock`): byte equality with the real state pass,
@@ -122,7 +123,13 @@ def state_pass_launcher(call, kernel, *extra):
     from dflash2_numba._dynshared import DynShared
 
     p, s = call.plan, call.plan.scratch
-    if hasattr(s, "ws"):                                    # chunked_ws, chunked_wsr
+    if hasattr(s, "rec"):                                   # chunked_rec, chunked_rec_pipe
+        from dflash2_numba.gdn._split_state_rec import rec_floats
+
+        r = s.rec
+        kern = DynShared(kernel, 4 * rec_floats(p.K))
+        block, trail = r.threads, (r.snap0, r.ncomp, r.n1, r.nq)
+    elif hasattr(s, "ws"):                                  # chunked_ws, chunked_wsr
         kern = DynShared(kernel, s.ws.smem)
         block, trail = int(s.ws.ncomp) + s.ws.ncopy, (s.ws.stage_kp, s.ws.ncomp)
     else:                                                   # chunked_split
@@ -302,20 +309,33 @@ def mode_phase_clock(args, inputs):
                             np.int32(c_lo), np.int32(c_hi))
     p.o.copy_to_device(np.full(p.o.shape, -777.0, p.o.dtype))      # sentinels: every
     p.hT.copy_to_device(np.full(p.hT.shape, -777.0, p.hT.dtype))   # byte must be rewritten
+    if hasattr(s, "rec"):            # (the call wrote vn over U: the pre-pass writes U anew)
+        S.launch_prep(p, 0)
     go()
+    if hasattr(s, "rec"):            # (the recurrence writes vn and h; the output is apart)
+        from dflash2_numba.gdn import chunked_rec as RC
+
+        RC.launch_out(p, 0)
     cuda.synchronize()
     vo, vs = (host(x) for x in call.results())
     rows = [dict(what=f"clocked {args.gdn_variant} state pass vs itself, T={args.T}",
                  out=vo.tobytes() == ro.tobytes(), state=vs.tobytes() == rs.tobytes())]
     log(rows[-1])
+    if hasattr(s, "rec"):                                   # chunked_rec, chunked_rec_pipe
+        real = lambda: RC.launch_state(p, 0)                # noqa: E731
+        ncomp, ncopy = int(s.rec.ncomp), s.rec.threads - int(s.rec.ncomp)
+        form = dict(n1=int(s.rec.n1), nq=int(s.rec.nq))
+    else:
+        real = ws_state_launcher(call)
+        ncomp, ncopy = int(s.ws.ncomp), s.ws.ncopy
+        form = dict(stage_kp=int(s.ws.stage_kp))
     rows.append(dict(what="clocked state pass", ms=event_median_ms(go, 3, 1)))
-    rows.append(dict(what="real state pass", ms=event_median_ms(ws_state_launcher(call), 3, 1)))
+    rows.append(dict(what="real state pass", ms=event_median_ms(real, 3, 1)))
     log(rows[-2:])
     st = stamps.copy_to_host()
     np.save(Path(args.out, "phase_clock_stamps.npy"), st)
-    rows.append(dict(what=f"cycles, chunks {c_lo}:{c_hi}", compute_threads=int(s.ws.ncomp),
-                     copy_threads=s.ws.ncopy, stage_kp=int(s.ws.stage_kp),
-                     **X.summarise(st, s.ws.ncomp)))
+    rows.append(dict(what=f"cycles, chunks {c_lo}:{c_hi}", compute_threads=ncomp,
+                     copy_threads=ncopy, **form, **X.summarise(st, ncomp)))
     log(rows[-1])
     return rows
 

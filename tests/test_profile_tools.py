@@ -88,7 +88,7 @@ def test_rec_kernels_launched_one_at_a_time_rewrite_the_call(variant):
     _assert_results_are(call, ref)
 
 
-@pytest.mark.parametrize("variant", ["chunked_ws", "chunked_wsr", *STAGED_OUT])
+@pytest.mark.parametrize("variant", ["chunked_ws", "chunked_wsr", "chunked_rec", *STAGED_OUT])
 def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk(monkeypatch,
                                                                             variant):
     """bench/profile_kernels.py phase-clock: a warp-specialised state pass with per-warp
@@ -108,24 +108,31 @@ def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk(mon
     if staged:
         assert int(call.plan.scratch.ws.stage_kp) == 1
     s = call.plan.scratch
+    if hasattr(s, "rec"):            # (the call wrote vn over U: the pre-pass writes U anew)
+        chunked_split.launch_prep(call.plan, 0)
     stamps = X.stamp_buffer(call, 2)
     state_pass_launcher(call, X.clocked_kernel(variant), stamps, np.int32(1),
                         np.int32(3))()                           # chunks 1, 2
+    if hasattr(s, "rec"):            # (the recurrence writes vn and h; the output is apart)
+        from dflash2_numba.gdn import chunked_rec
+
+        chunked_rec.launch_out(call.plan, 0)
     _assert_results_are(call, ref)
     st = stamps.copy_to_host()
     assert (st > 0).all()
     assert (np.diff(st, axis=3) >= 0).all()                 # a <= b <= c <= d <= e per warp
     assert (st[:, 1, :, 0] >= st[:, 0, :, 4]).all()          # chunk 2 starts after chunk 1 ends
-    summary = X.summarise(st, int(s.ws.ncomp))
+    ncomp = int(s.rec.ncomp if hasattr(s, "rec") else s.ws.ncomp)
+    nthreads = s.rec.threads if hasattr(s, "rec") else ncomp + s.ws.ncopy
+    summary = X.summarise(st, ncomp)
     assert set(summary) >= {"compute", "copy", "chunk_period", "phase1_span", "phase2_span",
                             "tail", "warp_phase1_busy", "warp_phase2_busy"}
     assert summary["chunk_period"] > 0 and summary["compute"]["phase1_busy"] >= 0
     assert summary["compute"]["phase1_wait"] >= 0 and summary["copy"]["phase2_wait"] >= 0
-    nwarps = -(-(int(s.ws.ncomp) + s.ws.ncopy) // 32)
-    assert len(summary["warp_phase1_busy"]) == st.shape[2] == nwarps
+    assert len(summary["warp_phase1_busy"]) == st.shape[2] == -(-nthreads // 32)
     # a stamp block never written (a chunk past the sequence) is skipped, not counted
     st2 = np.concatenate([st, np.full_like(st[:, :1], -1)], axis=1)
-    assert X.summarise(st2, int(s.ws.ncomp))["chunk_period"] == summary["chunk_period"]
+    assert X.summarise(st2, ncomp)["chunk_period"] == summary["chunk_period"]
 
 
 @pytest.mark.parametrize("share", [1, 0])
@@ -232,3 +239,20 @@ def test_ncu_source_loops_follow_backward_branches(tmp_path):
     assert lp["ops"] == {"LDS": 10, "BAR": 10, "FFMA": 10, "BRA": 10}
     text = N.loop_summary(lps, total=18.0)
     assert "loop +0x10..+0x40: 4 instructions" in text and "88.9% of samples" in text
+
+
+def test_rec_loop_micro_forms_compute_the_same_bytes():
+    """bench/rec_loop_micro.py: the recurrence's compute units alone, in each unit form
+    (two- / four-row units, one- / two-row units, the half-row units of six columns), leave
+    the same shared-memory bytes (the same chains on the same operands), and stamp every
+    busy warp's two phases."""
+    from bench import rec_loop_micro as M
+
+    runs = {cfg: M.run_config(*cfg, reps=2, blocks=1) for cfg in
+            [(32, 2, 4), (32, 1, 2), (64, 0, 0), (64, 2, 0)]}
+    ref = runs[(32, 2, 4)][1]
+    assert np.abs(ref).max() > 0
+    for cfg, (cyc, sink) in runs.items():
+        assert sink.view(np.uint32).tobytes() == ref.view(np.uint32).tobytes(), cfg
+        summary = M.summarise(cyc, *cfg, 128, 2)
+        assert summary["phase1_cycles_per_pass"] > 0 and summary["phase2_cycles_per_pass"] > 0

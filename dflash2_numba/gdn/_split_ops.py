@@ -36,6 +36,10 @@ if SIMULATOR:
     def _dev(fn):
         return fn
 
+    def fma2(a, b, c):
+        """``(fma(a, b0, c0), fma(a, b1, c1))``: two independent chains, one step each."""
+        return (_fma(a, b[0], c[0]), _fma(a, b[1], c[1]))
+
     def fma4(a, b, c):
         """``(fma(a, b0, c0), .., fma(a, b3, c3))``: four independent chains, one step each."""
         return (_fma(a, b[0], c[0]), _fma(a, b[1], c[1]), _fma(a, b[2], c[2]),
@@ -80,6 +84,11 @@ else:
 
     def _dev(fn):
         return cuda.jit(device=True)(fn)
+
+    @cuda.jit(device=True)
+    def fma2(a, b, c):
+        """``(fma(a, b0, c0), fma(a, b1, c1))``: two independent chains, one step each."""
+        return (cuda.fma(a, b[0], c[0]), cuda.fma(a, b[1], c[1]))
 
     @cuda.jit(device=True)
     def fma4(a, b, c):

@@ -13,7 +13,11 @@ taken out:
   ahead: :func:`rows2_ahead`); no ``qh``;
 * phase 2 (compute): the state units of step 8 only, four rows x four columns
   (``phase2_state_unit``'s chains) or two rows x four columns (``state_rows2``; twice the
-  units for the same chains, ``DFLASH2_GDN_REC_ROWS``); no output units;
+  units for the same chains, ``DFLASH2_GDN_REC_ROWS``), or, in a twelve-column item, two
+  rows x six columns (:func:`rec_state_half`: the columns ``0-3, 8-9`` or ``4-7, 10-11``,
+  ``K`` units over four warps; the default: its shared loads are one 8-byte Kd load and
+  two broadcast vn loads per twelve fma); no output units (phase 1 has a half-row form
+  too, :func:`rec_phase1_half`);
 * the copy warps move W^T, Kd, the U slice and gamma (no qs^T, no P^T: 64 KB a chunk
   instead of 112 KB at K = 128), and write out what the output kernel needs: in phase 1,
   while nothing writes the state slice, the chunk-start state ``h`` (the state before
@@ -41,7 +45,7 @@ from numba import types
 
 from .._compat import cuda
 from ._common import C, ZERO
-from ._split_ops import VS, _dev, block_sync, fma4, ld1, ld2, ld4, opaque, st4
+from ._split_ops import VS, _dev, block_sync, fma2, fma4, ld1, ld2, ld4, opaque, st4
 from ._split_state import (OFF_VN, OFF_WQ, dot_h, item_layout, load_state_slice,
                            scale4, state_rows2, store_state_slice, sub4)
 from ._split_state_ws import prefetch_chunk_l2, rows4
@@ -262,6 +266,80 @@ def rec_state_unit(sm, u, nq, off_kp, K, gl, L):
 
 
 @_dev
+def half_cols(u):
+    """The six of twelve state columns of a half-row unit ``u``: ``c4 .. c4 + 3`` and
+    ``c2, c2 + 1`` (``u & 1`` picks ``0-3, 8-9`` or ``4-7, 10-11``: 16- and 8-byte aligned,
+    and the two halves of a row pair are neighbouring lanes)."""
+    hf = u & 1
+    return 4 * hf, 8 + 2 * hf
+
+
+@_dev
+def rec_phase1_half(sm, u, K, off_u):
+    """Phase-1 unit ``u < 128`` of a twelve-column item (``C`` rows x two halves): chunked
+    step 6 for row ``i = u >> 1`` and the six columns of :func:`half_cols` (``wh = sum_m
+    W_im h_mc``, m ascending from 0; ``vn = U - wh``): six chains, one W load and two
+    broadcast h loads a step. A warp covers 16 rows: its W load is one 64-byte wavefront."""
+    i = u >> 1
+    c4, c2 = half_cols(u)
+    a = (ZERO, ZERO, ZERO, ZERO)
+    b = (ZERO, ZERO)
+    p = OFF_WQ + i
+    ph = 0
+    m = 0
+    while m < K:
+        x = ld1(sm, p)
+        a = fma4(x, ld4(sm, ph + c4), a)
+        b = fma2(x, ld2(sm, ph + c2), b)
+        p += C
+        ph += VS
+        m += 1
+    pr = i * VS
+    st4(sm, OFF_VN + pr + c4, sub4(ld4(sm, off_u + pr + c4), a))
+    ub = ld2(sm, off_u + pr + c2)
+    sm[OFF_VN + pr + c2] = ub[0] - b[0]
+    sm[OFF_VN + pr + c2 + 1] = ub[1] - b[1]
+
+
+@_dev
+def rec_state_half(sm, u, off_kp, K, gl, L):
+    """Phase-2 unit ``u < K`` of a twelve-column item (``K / 2`` row pairs x two halves):
+    chunked step 8 for rows ``m0 = 2 (u >> 1)``, ``m0 + 1`` and the six columns of
+    :func:`half_cols`, in place (``h' = h * gamma_{L-1}``, then ``fma(Kd_jm, vn_jc, h')``
+    for j = 0 .. L-1): twelve chains, one 8-byte Kd load and two broadcast vn loads a step.
+    A warp covers 32 rows: its Kd load is one 128-byte wavefront."""
+    m0 = 2 * (u >> 1)
+    c4, c2 = half_cols(u)
+    ph = m0 * VS
+    a0 = scale4(ld4(sm, ph + c4), gl)
+    a1 = scale4(ld4(sm, ph + VS + c4), gl)
+    h0 = ld2(sm, ph + c2)
+    h1 = ld2(sm, ph + VS + c2)
+    b0 = (h0[0] * gl, h0[1] * gl)
+    b1 = (h1[0] * gl, h1[1] * gl)
+    p = off_kp + m0
+    pv = OFF_VN
+    j = 0
+    while j < L:
+        f = ld2(sm, p)
+        va = ld4(sm, pv + c4)
+        vb = ld2(sm, pv + c2)
+        a0 = fma4(f[0], va, a0)
+        a1 = fma4(f[1], va, a1)
+        b0 = fma2(f[0], vb, b0)
+        b1 = fma2(f[1], vb, b1)
+        p += K
+        pv += VS
+        j += 1
+    st4(sm, ph + c4, a0)
+    st4(sm, ph + VS + c4, a1)
+    sm[ph + c2] = b0[0]
+    sm[ph + c2 + 1] = b0[1]
+    sm[ph + VS + c2] = b1[0]
+    sm[ph + VS + c2 + 1] = b1[1]
+
+
+@_dev
 def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, it, ncomp,
                    n1, nq, sm):
     """Steps 6 and 8 of chunked for work item ``it`` over every chunk of its sequence,
@@ -345,19 +423,33 @@ def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, 
             sh += shs
     else:
         block_sync()
+        half1 = n1 == 0 and ncg == 3             # half-row units (twelve-column items)
+        half2 = nq == 0 and ncg == 3
+        if n1 == 0:                              # (other items: two- / four-row units)
+            n1 = C // 2
+        if nq == 0:
+            nq = K // 4
         ns = nq * ncg
         for ci in range(nch):
             L = min(C, ln - ci * C)
             gb = off_g + (ci & 1) * C            # this chunk's gamma buffer
             # phase 1: chunked step 6 (vn = U - W h), m ascending
-            for u in range(tid, n1 * ncg, ncomp):
-                rec_phase1_unit(sm, u, n1, K, off_u)
+            if half1:
+                for u in range(tid, 2 * C, ncomp):
+                    rec_phase1_half(sm, u, K, off_u)
+            else:
+                for u in range(tid, n1 * ncg, ncomp):
+                    rec_phase1_unit(sm, u, n1, K, off_u)
             block_sync()
             # phase 2: chunked step 8 (h' = h * gamma_{L-1}, then fma(Kd_jm, vn_jc, h')
             # for j = 0 .. L-1), in place
             gl = ld1(sm, gb + L - 1)
-            for u in range(tid, ns, ncomp):
-                rec_state_unit(sm, u, nq, off_kp, K, gl, L)
+            if half2:
+                for u in range(tid, K, ncomp):
+                    rec_state_half(sm, u, off_kp, K, gl, L)
+            else:
+                for u in range(tid, ns, ncomp):
+                    rec_state_unit(sm, u, nq, off_kp, K, gl, L)
             block_sync()
 
     store_state_slice(hT, hT_idx[n], hv, c0, sm, K, w, tid, nthr)

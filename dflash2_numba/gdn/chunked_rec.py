@@ -21,9 +21,11 @@ recurrence has read by then), then the chunk-start states, ``[slot][HV][K][V]`` 
 (0.81 GB at the production shape, T = 65536).
 
 Knobs (plan time): ``DFLASH2_GDN_REC_THREADS`` = ``compute,copy`` threads of the
-recurrence CTA (default 96,128, at most 256 in all; whole warps of copy threads),
+recurrence CTA (default 128,128, at most 256 in all; whole warps of copy threads),
 ``DFLASH2_GDN_REC_ROWS`` = ``r1,r2``, rows of a phase-1 unit (1 or 2) and of a phase-2
-state unit (2 or 4) (default 2,4: 96 units in each phase at twelve columns), and
+state unit (2 or 4), or 0 for a phase's half-row units (six of a twelve-column item's
+columns a thread) (default 2,0: 96 phase-1 units of two rows x four columns, 128
+phase-2 units of two rows x six columns at twelve columns), and
 chunked_split's ``DFLASH2_GDN_SPLIT_COLS`` (state columns per CTA).
 """
 from __future__ import annotations
@@ -50,8 +52,8 @@ OUT_NAME = "gdn_chunk_out"
 MAX_THREADS = 256                 # (ptxas allows 203 registers a thread; 320 gets 168)
 STATE_LAUNCH_BOUNDS = (MAX_THREADS, 1)
 OUT_LAUNCH_BOUNDS = (256, 2)
-DEFAULT_THREADS = (96, 128)       # (H200, T = 65536: bench/RESULTS.md, GDN seventh round)
-DEFAULT_ROWS = "2,4"
+DEFAULT_THREADS = (128, 128)      # (H200, T = 65536: bench/RESULTS.md, GDN ninth round)
+DEFAULT_ROWS = "2,0"
 SIM_THREADS = (32, 32)
 
 _state = jit_bounded(gdn_rec_state_kernel, STATE_LAUNCH_BOUNDS)
@@ -90,10 +92,13 @@ def knob_threads(plan: GdnPlan):
 def knob_units(K: int):
     """Units per column group of phase 1 and of phase 2, from ``DFLASH2_GDN_REC_ROWS`` =
     ``r1,r2``, the rows of a phase-1 unit (1 or 2) and of a phase-2 unit (2 or 4):
-    ``(C / r1, K / r2)``."""
+    ``(C / r1, K / r2)``; 0 for a phase's half-row units (six of a twelve-column item's
+    columns a thread; items of other widths then take two- / four-row units)."""
     raw = os.environ.get("DFLASH2_GDN_REC_ROWS", "") or DEFAULT_ROWS
     r1, r2 = (int(x) for x in raw.split(","))
-    return (C // 2 if r1 == 2 else C), (K // 4 if r2 == 4 else K // 2)
+    n1 = 0 if r1 == 0 else (C // 2 if r1 == 2 else C)
+    nq = 0 if r2 == 0 else (K // 4 if r2 == 4 else K // 2)
+    return n1, nq
 
 
 def supports(plan: GdnPlan) -> None:

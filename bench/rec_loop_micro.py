@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""How fast do the recurrence's compute loops run on their own? A timing experiment for
+``gdn_rec_state`` (``chunked_rec``, ``chunked_rec_pipe``): one CTA per SM runs only the
+compute units of phase 1 (``rec_phase1_unit``: ``vn = U - W h``) and of phase 2
+(``rec_state_unit``: the state update), ``--reps`` times each, with the block barrier that
+ends a phase after each pass, on shared memory filled with small finite values. No copy
+warps, no global traffic: the cycles a chunk step's compute costs when nothing else runs
+on the SM.
+
+Per warp, ``%clock64`` around the phase-1 passes and around the phase-2 passes; printed:
+median cycles per pass and per step (K steps in phase 1, C in phase 2) for each
+configuration ``COMPxR1xR2`` (compute threads, rows of a phase-1 unit, rows of a phase-2
+unit, 0 for the half-row units of six columns; twelve state columns, K = 128). The whole shared array is written to a sink at the end, so
+nothing is optimised away and the forms' bytes can be compared. Used on a GPU (one device call):
+
+    python3 bench/rec_loop_micro.py --out $OUT --configs 96x2x4,192x1x2,128x2x4
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+
+import numpy as np  # noqa: E402
+from numba import types  # noqa: E402
+
+import dflash2_numba  # noqa: E402,F401  (numpy shim before numba)
+from dflash2_numba._compat import cuda, jit_bounded  # noqa: E402
+from dflash2_numba.gdn._common import C  # noqa: E402
+from dflash2_numba.gdn._split_state_rec import (rec_floats, rec_phase1_half,  # noqa: E402
+                                                rec_phase1_unit, rec_regions,
+                                                rec_state_half, rec_state_unit)
+from bench._state_phase_clock import clk  # noqa: E402
+
+COLS = 12
+_F32 = types.float32    # (the dynamic shared array's dtype, as the simulator wants it)
+
+
+def _micro(sink, cycles, K, n1, nq, reps):
+    sm = cuda.shared.array(0, _F32)
+    tid = cuda.threadIdx.x
+    ncomp = cuda.blockDim.x
+    nf = sm.shape[0]
+    for e in range(tid, nf, ncomp):             # small finite values everywhere
+        sm[e] = np.float32(1.0 / 1024.0) * np.float32((e % 7) - 3)
+    cuda.syncthreads()
+    off_kp, off_u, off_g = rec_regions(K * C)
+    ncg = COLS // 4
+    gl = sm[off_g + C - 1]
+    t0 = clk()
+    for r in range(reps):
+        if n1 == 0:
+            for u in range(tid, 2 * C, ncomp):
+                rec_phase1_half(sm, u, K, off_u)
+        else:
+            for u in range(tid, n1 * ncg, ncomp):
+                rec_phase1_unit(sm, u, n1, K, off_u)
+        cuda.syncthreads()
+    t1 = clk()
+    for r in range(reps):
+        if nq == 0:
+            for u in range(tid, K, ncomp):
+                rec_state_half(sm, u, off_kp, K, gl, C)
+        else:
+            for u in range(tid, nq * ncg, ncomp):
+                rec_state_unit(sm, u, nq, off_kp, K, gl, C)
+        cuda.syncthreads()
+    t2 = clk()
+    if (tid & 31) == 0:
+        w = tid >> 5
+        cycles[cuda.blockIdx.x, w, 0] = t1 - t0
+        cycles[cuda.blockIdx.x, w, 1] = t2 - t1
+    for e in range(tid, nf, ncomp):             # (the whole shared array: every form's bytes)
+        sink[cuda.blockIdx.x * nf + e] = sm[e]
+
+
+_KERNELS = {}
+
+
+def micro_kernel(threads: int):
+    """The experiment kernel under ``gdn_rec_state``'s launch bounds, (256, 1), or (384, 1)
+    for more than 256 threads (the measured 384-thread recurrence form, since dropped)."""
+    bounds = (256, 1) if threads <= 256 else (384, 1)
+    if bounds not in _KERNELS:
+        _KERNELS[bounds] = jit_bounded(_micro, bounds)
+    return _KERNELS[bounds]
+
+
+def run_config(comp: int, r1: int, r2: int, K: int = 128, reps: int = 64, blocks: int = 132):
+    """Cycles of one configuration: ``(phase-1 cycles, phase-2 cycles)`` per warp and
+    block (int64 [blocks, warps, 2]) and the sink."""
+    from dflash2_numba._dynshared import DynShared
+
+    n1 = C // r1 if r1 else 0            # (0: the half-row units of six columns)
+    nq = K // r2 if r2 else 0
+    nw = -(-comp // 32)
+    cycles = cuda.to_device(np.zeros((blocks, nw, 2), np.int64))
+    sink = cuda.to_device(np.zeros(blocks * rec_floats(K), np.float32))
+    kern = DynShared(micro_kernel(comp), 4 * rec_floats(K))
+    args = (sink, cycles, np.int32(K), np.int32(n1), np.int32(nq), np.int32(reps))
+    kern[blocks, comp, 0](*args)                 # (warm-up: compile, shared-memory limit)
+    cuda.synchronize()
+    kern[blocks, comp, 0](*args)
+    cuda.synchronize()
+    return cycles.copy_to_host(), sink.copy_to_host()
+
+
+def summarise(cyc: np.ndarray, comp: int, r1: int, r2: int, K: int, reps: int) -> dict:
+    """Median cycles per pass and per step of each phase over the busy warps (warps with a
+    unit in the phase)."""
+    u1 = C // r1 * COLS // 4 if r1 else 2 * C        # units of each phase
+    u2 = K // r2 * COLS // 4 if r2 else K
+    out = {"config": f"{comp}x{r1}x{r2}"}
+    for ph, units, steps in ((0, u1, K), (1, u2, C)):
+        busy = -(-min(units, comp) // 32)
+        x = cyc[:, :busy, ph].astype(np.float64) / reps
+        out[f"phase{ph + 1}_cycles_per_pass"] = float(np.median(x))
+        out[f"phase{ph + 1}_cycles_per_step"] = float(np.median(x)) / steps
+        out[f"phase{ph + 1}_busy_warps"] = busy
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--configs", default="96x2x4,128x2x4,192x1x2,192x1x4,192x2x4")
+    ap.add_argument("--reps", type=int, default=64)
+    ap.add_argument("--blocks", type=int, default=132)
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args(argv)
+    rows = []
+    for entry in [e for e in args.configs.split(",") if e]:
+        comp, r1, r2 = (int(x) for x in entry.split("x"))
+        cyc, _ = run_config(comp, r1, r2, reps=args.reps, blocks=args.blocks)
+        rows.append(summarise(cyc, comp, r1, r2, 128, args.reps))
+        print(rows[-1], flush=True)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    Path(args.out, "rec_loop_micro.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
