@@ -84,9 +84,27 @@ _WS_EDITS = (
      "        rec(stamps, it, ci, c_lo, c_hi, t_a, t_b, t_c, t_d, t_e)\n        sb += F"),
 )
 
-_REC = ("            t_d = clk()\n            block_sync()\n            t_e = clk()\n"
-        "            rec(stamps, it, ci, c_lo, c_hi, t_a, t_b, t_c, t_d, t_e)\n"
-        "            sb += F\n")
+# the end of a stamped chunk step: d, the barrier, e, and the record of the five stamps
+_REC_END = ("            t_d = clk()\n            block_sync()\n            t_e = clk()\n"
+            "            rec(stamps, it, ci, c_lo, c_hi, t_a, t_b, t_c, t_d, t_e)\n")
+_REC = _REC_END + "            sb += F\n"
+
+# the stamps both warp-specialised loops of chunked_wsr and chunked_rec share: a / b / c in
+# the copy warps' loop, then in the compute warps' loop
+_COPY_STAMPS = (
+    ("            sn = sb + F\n", "            sn = sb + F\n            t_a = clk()\n"),
+    ("            block_sync()\n            # phase 2: the next chunk's",
+     "            t_b = clk()\n            block_sync()\n            t_c = clk()\n"
+     "            # phase 2: the next chunk's"),
+)
+_COMPUTE_STAMPS = (
+    ("            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer\n",
+     "            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer\n"
+     "            t_a = clk()\n"),
+    ("            block_sync()\n            # phase 2: chunked step 8",
+     "            t_b = clk()\n            block_sync()\n            t_c = clk()\n"
+     "            # phase 2: chunked step 8"),
+)
 
 # chunked_wsr: the copy warps' loop and the compute warps' loop, each stamped
 _WSR_EDITS = (
@@ -94,44 +112,25 @@ _WSR_EDITS = (
      "                   ncomp, sm):",
      "def clocked_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,\n"
      "                 ncomp, sm, stamps, c_lo, c_hi):"),
-    ("            sn = sb + F\n", "            sn = sb + F\n            t_a = clk()\n"),
-    ("            block_sync()\n            # phase 2: the next chunk's",
-     "            t_b = clk()\n            block_sync()\n            t_c = clk()\n"
-     "            # phase 2: the next chunk's"),
+    *_COPY_STAMPS,
     ("            block_sync()\n            sb += F\n    else:",
      _REC + "    else:"),
-    ("            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer\n",
-     "            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer\n"
-     "            t_a = clk()\n"),
-    ("            block_sync()\n            # phase 2: chunked step 8",
-     "            t_b = clk()\n            block_sync()\n            t_c = clk()\n"
-     "            # phase 2: chunked step 8"),
+    *_COMPUTE_STAMPS,
     ("            block_sync()\n            sb += F\n\n    store_state_slice",
      _REC + "\n    store_state_slice"),
 )
 
 # chunked_rec's recurrence (rec_state_item): the same five stamps in both warp roles
-_REC_END = ("            t_d = clk()\n            block_sync()\n            t_e = clk()\n"
-            "            rec(stamps, it, ci, c_lo, c_hi, t_a, t_b, t_c, t_d, t_e)\n")
 _RECURRENCE_EDITS = (
     ("def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, it, ncomp,\n"
      "                   n1, nq, sm):",
      "def clocked_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, it, ncomp,\n"
      "                 n1, nq, sm, stamps, c_lo, c_hi):"),
-    ("            sn = sb + F\n", "            sn = sb + F\n            t_a = clk()\n"),
-    ("            block_sync()\n            # phase 2: the next chunk's",
-     "            t_b = clk()\n            block_sync()\n            t_c = clk()\n"
-     "            # phase 2: the next chunk's"),
+    *_COPY_STAMPS,
     ("            block_sync()\n            sb += F\n            sh += shs\n",
      _REC_END + "            sb += F\n            sh += shs\n"),
-    ("            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer\n",
-     "            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer\n"
-     "            t_a = clk()\n"),
-    ("            block_sync()\n            # phase 2: chunked step 8",
-     "            t_b = clk()\n            block_sync()\n            t_c = clk()\n"
-     "            # phase 2: chunked step 8"),
-    ("                rec_state_unit(sm, u, nq, off_kp, K, gl, L)\n            block_sync()\n",
-     "                rec_state_unit(sm, u, nq, off_kp, K, gl, L)\n" + _REC_END),
+    *_COMPUTE_STAMPS,
+    ("            block_sync()\n\n    store_state_slice", _REC_END + "\n    store_state_slice"),
 )
 
 
