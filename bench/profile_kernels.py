@@ -8,6 +8,8 @@ Modes
                 (output and final state) and the CUDA-event median of the whole call (and of
                 the pre-pass / state pass alone for ``chunked_split`` and the warp-specialised
                 variants); ``chunked_smprep``'s pre-pass alone at each ``--smprep-threads``;
+                ``chunked_rec_pipe`` with its pre-pass built with each ``--prep-solve``
+                form of step 4 (bytes, pre-pass alone interleaved, whole call);
                 ``chunked_rec``'s three kernels alone, and the variant under each
                 ``--rec-sweep`` entry ``COMPxCOPYxR1xR2`` (its thread and unit-row knobs);
                 then ``chunked_split``'s state pass under each ``--sweep`` entry
@@ -198,6 +200,7 @@ def mode_gdn(args, inputs):
                          ms=event_median_ms(prep_launcher(c2), args.reps, args.inner)))
         log(rows[-1])
     SP.PREP_THREADS = saved_sp
+    rows += prep_solve_ab(args, plan, ro, rs)
     saved = (S.COLS, S.STATE_THREADS, S.STAGE_KP, W.COPY_THREADS)
     for entry in [e for e in args.sweep.split(",") if e]:
         cols, thr, kp = (int(x) for x in entry.split("x"))
@@ -225,6 +228,48 @@ def mode_gdn(args, inputs):
                          ms=event_median_ms(ws_state_launcher(c2), 3, 1)))
         log(rows[-1])
     S.COLS, S.STATE_THREADS, S.STAGE_KP, W.COPY_THREADS = saved
+    return rows
+
+
+def prep_solve_ab(args, plan, ro, rs):
+    """``chunked_rec_pipe`` with its pre-pass built with each ``--prep-solve`` form of step 4
+    (:data:`dflash2_numba.gdn._prep_smem.SOLVES`): bytes of the whole call against
+    ``chunked``, then the pre-pass alone, the forms interleaved over ``--rounds`` rounds of
+    event medians, and the whole call once per form."""
+    from dflash2_numba._compat import jit_bounded
+    from dflash2_numba._dynshared import DynShared
+    from dflash2_numba.gdn import chunked_smprep as SP
+    from dflash2_numba.gdn._prep_smem import make_smem_prep_kernel, smem_floats
+
+    forms = [f for f in args.prep_solve.split(",") if f]
+    if not forms:
+        return []
+    calls, rows = {}, []
+    for form in forms:
+        call = plan("chunked_rec_pipe")
+        s = call.plan.scratch
+        s.prep_kernel = DynShared(jit_bounded(make_smem_prep_kernel(form), SP.PREP_LAUNCH_BOUNDS),
+                                  4 * smem_floats(call.plan.K))
+        call.launch()
+        cuda.synchronize()
+        vo, vs = (host(x) for x in call.results())
+        calls[form] = call
+        rows.append(dict(what=f"prep-solve {form}: bitwise chunked_rec_pipe vs chunked T={args.T}",
+                         out=vo.tobytes() == ro.tobytes(), state=vs.tobytes() == rs.tobytes()))
+        log(rows[-1])
+    ms = {f: [] for f in forms}
+    for _ in range(args.rounds):
+        for form in forms:
+            p = calls[form].plan
+            ms[form].append(event_median_ms(lambda: S.launch_prep(p, 0), args.reps, args.inner))
+    for form in forms:
+        rows.append(dict(what=f"prep-solve {form}: pre-pass only", ms=float(np.median(ms[form])),
+                         rounds=ms[form]))
+        log(rows[-1])
+    for form in forms:
+        rows.append(dict(what=f"prep-solve {form}: chunked_rec_pipe full",
+                         ms=event_median_ms(calls[form].launch, args.reps, args.inner)))
+        log(rows[-1])
     return rows
 
 
@@ -413,6 +458,9 @@ def main(argv=None):
                     help="gdn: chunked_rec configurations COMPxCOPYxR1xR2 (e.g. 192x64x1x2)")
     ap.add_argument("--smprep-threads", default="",
                     help="gdn mode: chunked_smprep pre-pass thread counts to time, e.g. 128,256")
+    ap.add_argument("--prep-solve", default="",
+                    help="gdn mode: pre-pass step-4 forms to A/B in chunked_rec_pipe, e.g. "
+                         "cols4,cols8,cols8r")
     ap.add_argument("--variants", default="chunked_split,chunked_ws,chunked_pipe",
                     help="gdn mode: the variants checked byte for byte and timed")
     ap.add_argument("--clock-chunks", default="256:264",
@@ -423,7 +471,8 @@ def main(argv=None):
                     help="attn-ab: ';'-separated tiled_compact generator option sets, e.g. "
                          "'defer_o=1;defer_o=1,score_steps=16;pv_keys=16' (defer_o 0/1, "
                          "score_steps and pv_keys 4/8/16)")
-    ap.add_argument("--rounds", type=int, default=5, help="attn-ab: interleaved timing rounds")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="attn-ab, gdn --prep-solve: interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--inner", type=int, default=3)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))

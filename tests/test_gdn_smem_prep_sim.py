@@ -4,7 +4,8 @@ every scratch region the state pass reads (qs^T per q/k head; W^T, Kd, U, P^T, g
 value head), for every thread count the loops must handle (one warp: G / S tiles in whole
 passes plus rows; 96: tiles in one pass; the simulator's default 64), with K = V = 32 and
 K = 64, V = 32 (a slab of [X | Y] that mixes k and v columns), GVA 3, and a partial last
-chunk (rows past L are compared nowhere: neither kernel defines them)."""
+chunk (rows past L are compared nowhere: neither kernel defines them); and the pre-pass
+built with each other form of step 4 (:data:`._prep_smem.SOLVES`)."""
 import numpy as np
 import pytest
 
@@ -29,10 +30,17 @@ def _slot_regions(H, HV, K, V):
     return out
 
 
-def _scratch(variant, case, monkeypatch, threads=None):
+def _scratch(variant, case, monkeypatch, threads=None, solve=None):
     if threads is not None:
         monkeypatch.setattr(chunked_smprep, "PREP_THREADS", threads)
     call = plan_gdn(**case, variant=variant, out_dtype="float32")
+    if solve is not None:               # the pre-pass built with another step-4 form
+        from dflash2_numba._compat import cuda
+        from dflash2_numba._dynshared import DynShared
+        from dflash2_numba.gdn._prep_smem import make_smem_prep_kernel, smem_floats
+
+        call.plan.scratch.prep_kernel = DynShared(cuda.jit(make_smem_prep_kernel(solve)),
+                                                  4 * smem_floats(case["k"].shape[-1]))
     call.launch()
     s = call.plan.scratch
     assert s.prep_threads == (threads or (chunked_smprep.SIM_PREP_THREADS
@@ -41,14 +49,20 @@ def _scratch(variant, case, monkeypatch, threads=None):
     return np.asarray(s.scr.copy_to_host()).reshape(s.nslots, int(s.F)), chunks
 
 
-@pytest.mark.parametrize("threads", [32, 96, None])
-@pytest.mark.parametrize("K,V,T", [(32, 32, 128), (64, 32, 100)])
-def test_scratch_matches_split_prep(monkeypatch, threads, K, V, T):
+@pytest.mark.parametrize("threads,K,V,T,solve", [
+    (32, 32, 32, 128, None), (96, 32, 32, 128, None), (None, 32, 32, 128, None),
+    (32, 64, 32, 100, None), (96, 64, 32, 100, None), (None, 64, 32, 100, None),
+    # step 4's other forms (the same chains, eight rows at a time): every row offset of a
+    # column's groups (L = 64, 36), a chunk with no whole group (L = 5), fewer threads
+    # than columns
+    (None, 32, 32, 69, "cols4"), (32, 64, 32, 100, "cols4"),
+    (None, 32, 32, 69, "cols8r"), (32, 64, 32, 100, "cols8r")])
+def test_scratch_matches_split_prep(monkeypatch, threads, K, V, T, solve):
     rng = np.random.default_rng(2000 + K + T)
     case = oracle.random_gdn_case(rng, B=1, T=T, H=1, HV=3, K=K, V=V, dtype=np.float16,
                                   cu_seqlens=None, with_state=True)
     ref, chunks = _scratch("chunked_wsr_two_loop", case, monkeypatch)
-    got, chunks2 = _scratch("chunked_smprep", case, monkeypatch, threads)
+    got, chunks2 = _scratch("chunked_smprep", case, monkeypatch, threads, solve)
     assert np.array_equal(chunks, chunks2)
     compared = 0
     for slot, (_, _, L) in enumerate(chunks):

@@ -21,8 +21,11 @@ chunked. What moves is only where values live and which thread computes them:
 * Step 5 in slabs of 64 columns of ``[X | Y]`` (X = kn * (beta * gamma) from kt, its Kd on
   the way; Y = v * beta from global memory), 4 x 4 W / U tiles (:func:`._split_prep.wu_tile`:
   the same chain, j ascending), stored by :func:`._split_prep.store_wu_tile`.
-* Steps 1-4 of each value head are :func:`._split_prep.value_head_tri` itself; before them
-  the head's v rows are prefetched into L1 (no value effect), for its Y slabs.
+* Steps 1-3 of each value head are :func:`._split_prep.value_head_decay` itself; before them
+  the head's v rows are prefetched into L1 (no value effect), for its Y slabs. Step 4 (the
+  forward substitution) is one of :mod:`._tri_solve`'s forms, :data:`SOLVE` (``cols8``:
+  the same chains as ``_split_prep``'s ``cols4``, eight rows a group, aligned to the
+  bottom of each column); :func:`make_smem_prep_kernel` builds the kernel with another.
 
 Shared memory (one dynamic array, floats; :func:`smem_floats`): kt ``[K][TS]``; region B
 ``[max(K, 2C)][TS]`` holding qt until G / S are done, then D -> A / T^T (``[C][TS]``) and the
@@ -38,14 +41,23 @@ from numba import types
 from .._compat import SIMULATOR, cuda
 from ._common import C, EPS, F32, ONE, ZERO
 from ._split_ops import N_MS, TS, _dev, fma4, ld1, ld4
-from ._split_prep import (store_gs_row, store_wu_tile, tri_decode, value_head_tri,
-                          wu_tile)
+from ._split_prep import (store_gs_row, store_wu_tile, tri_decode, tri_solve_cols4,
+                          value_head_decay, wu_tile)
 from ._split_prep_io import i32, ldx, pfx1, st1, st4x, stx, view
+from ._tri_solve import tri_solve_cols8, tri_solve_cols8r
 
 if SIMULATOR:
-    # (a CTA-wide device function of another module: the simulator binds its barrier per
-    # kernel module, so it runs as a simulated device function; see chunked_pipe)
-    value_head_tri = cuda.jit(device=True)(value_head_tri)
+    # (device functions of other modules: the simulator binds a kernel's barrier and
+    # intrinsics per module, so they run as simulated device functions; see chunked_pipe)
+    value_head_decay = cuda.jit(device=True)(value_head_decay)
+    tri_solve_cols4 = cuda.jit(device=True)(tri_solve_cols4)
+    tri_solve_cols8 = cuda.jit(device=True)(tri_solve_cols8)
+    tri_solve_cols8r = cuda.jit(device=True)(tri_solve_cols8r)
+
+#: Forms of step 4 (the forward substitution) the pre-pass can be built with: the same
+#: chains, so the same bits (:mod:`._tri_solve`); :data:`SOLVE` is the one it is built with.
+SOLVES = {"cols4": tri_solve_cols4, "cols8": tri_solve_cols8, "cols8r": tri_solve_cols8r}
+SOLVE = "cols8"     # (H200, T = 65536: 1.867 ms against cols4's 1.891; bench/RESULTS.md)
 
 XW = 64                 # columns of [X | Y] per slab
 XWS = XW + 4            # slab row stride (16-byte rows), the same as TS
@@ -329,78 +341,92 @@ def wu_slab(Xs, Ts, sl, K, V, L, sv, o_w, o_u, tid, nthr):
         u += nthr
 
 
-def gdn_smem_prep_kernel(q, k, v, g, beta, chunks, scr, F, scale, use_l2):
-    """Steps 1-5 of chunked for chunk slot ``blockIdx.x // H`` and q/k head
-    ``blockIdx.x % H`` (every value head reading it), into the slot's scratch (the layout
-    of :func:`.chunked_split.slot_floats`; kn^T is left unwritten)."""
-    sm = cuda.shared.array(0, types.float32)      # (the dtype as the simulator wants it)
-    tid = i32(cuda.threadIdx.x)
-    nthr = i32(cuda.blockDim.x)
-    T = q.shape[1]
-    H = q.shape[2]
-    K = q.shape[3]
-    HV = v.shape[2]
-    V = v.shape[3]
-    G = HV // H
-    slot = cuda.blockIdx.x // H
-    hq = cuda.blockIdx.x - slot * H
-    bb = chunks[slot, 0]
-    t0 = chunks[slot, 1]
-    L = i32(chunks[slot, 2])
-    KC = K * C
-    oB = K * TS
-    oM = oB + max(K, 2 * C) * TS                # region B: see region_b_rows
-    oS = oM + N_MS
-    kt = sm[0:oB]
-    qt = sm[oB:oB + oB]
-    Ts = sm[oB:oB + C * TS]
-    Xs = sm[oB + C * TS:oB + 2 * C * TS]
-    Ms = sm[oM:oS]
-    ga = sm[oS:oS + C]
-    bs = sm[oS + C:oS + 2 * C]
-    gm = sm[oS + 2 * C:oS + 3 * C]
-    dl = sm[oS + 3 * C:oS + 4 * C]
-    rk = sm[oS + 4 * C:oS + 5 * C]
-    rq = sm[oS + 5 * C:oS + 6 * C]
-    phv = 2 * KC + C * V + C * C + C
-    qkb = ((bb * T + t0) * H + hq) * K
-    qv = view(q, qkb)
-    kv = view(k, qkb)
-    sv = view(scr, slot * F)
-    rsk = i32(H * K)
-    rsv = i32(HV * V)
-    Ki = i32(K)
-    Vi = i32(V)
+def make_smem_prep_kernel(solve_name: str = SOLVE):
+    """The kernel function with step 4 in form ``solve_name`` (a key of :data:`SOLVES`);
+    every form writes the same bits."""
+    tri_solve = SOLVES[solve_name]
 
-    prefetch_rows(kv, rsk, Ki, L, tid, nthr)
-    prefetch_rows(qv, rsk, Ki, L, tid, nthr)
-    stage_qk_t(kv, qv, rsk, Ki, L, kt, qt, tid, nthr)
-    cuda.syncthreads()
-    row_norms(kt, qt, Ki, L, use_l2, rk, rq, tid, nthr)
-    cuda.syncthreads()
-    scale_rows(kt, qt, Ki, L, rk, rq, scale, tid, nthr)
-    cuda.syncthreads()
-    store_qs_t(qt, Ki, L, sv, i32(hq * 2 * KC + KC), tid, nthr)
-    gs_all(kt, qt, Ki, L, Ms, tid, nthr)
-    cuda.syncthreads()
+    def gdn_smem_prep_kernel(q, k, v, g, beta, chunks, scr, F, scale, use_l2):
+        """Steps 1-5 of chunked for chunk slot ``blockIdx.x // H`` and q/k head
+        ``blockIdx.x % H`` (every value head reading it), into the slot's scratch (the
+        layout of :func:`.chunked_split.slot_floats`; kn^T is left unwritten)."""
+        sm = cuda.shared.array(0, types.float32)      # (the dtype as the simulator wants it)
+        tid = i32(cuda.threadIdx.x)
+        nthr = i32(cuda.blockDim.x)
+        T = q.shape[1]
+        H = q.shape[2]
+        K = q.shape[3]
+        HV = v.shape[2]
+        V = v.shape[3]
+        G = HV // H
+        slot = cuda.blockIdx.x // H
+        hq = cuda.blockIdx.x - slot * H
+        bb = chunks[slot, 0]
+        t0 = chunks[slot, 1]
+        L = i32(chunks[slot, 2])
+        KC = K * C
+        oB = K * TS
+        oM = oB + max(K, 2 * C) * TS                # region B: see region_b_rows
+        oS = oM + N_MS
+        kt = sm[0:oB]
+        qt = sm[oB:oB + oB]
+        Ts = sm[oB:oB + C * TS]
+        Xs = sm[oB + C * TS:oB + 2 * C * TS]
+        Ms = sm[oM:oS]
+        ga = sm[oS:oS + C]
+        bs = sm[oS + C:oS + 2 * C]
+        gm = sm[oS + 2 * C:oS + 3 * C]
+        dl = sm[oS + 3 * C:oS + 4 * C]
+        rk = sm[oS + 4 * C:oS + 5 * C]
+        rq = sm[oS + 5 * C:oS + 6 * C]
+        phv = 2 * KC + C * V + C * C + C
+        qkb = ((bb * T + t0) * H + hq) * K
+        qv = view(q, qkb)
+        kv = view(k, qkb)
+        sv = view(scr, slot * F)
+        rsk = i32(H * K)
+        rsv = i32(HV * V)
+        Ki = i32(K)
+        Vi = i32(V)
 
-    nsl = (Ki + Vi + XW - 1) // XW
-    for rr in range(G):
-        hv = hq * G + rr
-        o_w = H * 2 * KC + hv * phv                 # W^T [K][C]
-        gb = (bb * T + t0) * HV + hv                # g / beta [bb, t0, hv] (flat)
-        gv = view(g, gb)
-        bv = view(beta, gb)
-        vv = view(v, gb * V)                        # v [bb, t0, hv, 0]
-        o_kd = i32(o_w + KC)                        # Kd  [C][K]
-        o_u = i32(o_w + 2 * KC)                     # U   [C][V]
-        o_p = i32(o_w + 2 * KC + C * V)             # P^T [C][C]
-        o_g = i32(o_w + 2 * KC + C * V + C * C)     # gamma [C]
-        o_w = i32(o_w)
-        prefetch_rows(vv, rsv, Vi, L, tid, nthr)
-        value_head_tri(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nthr)
-        for sl in range(nsl):
-            stage_xy(kt, vv, rsv, sl, Ki, Vi, L, sv, o_kd, Xs, dl, ga, bs, tid, nthr)
+        prefetch_rows(kv, rsk, Ki, L, tid, nthr)
+        prefetch_rows(qv, rsk, Ki, L, tid, nthr)
+        stage_qk_t(kv, qv, rsk, Ki, L, kt, qt, tid, nthr)
+        cuda.syncthreads()
+        row_norms(kt, qt, Ki, L, use_l2, rk, rq, tid, nthr)
+        cuda.syncthreads()
+        scale_rows(kt, qt, Ki, L, rk, rq, scale, tid, nthr)
+        cuda.syncthreads()
+        store_qs_t(qt, Ki, L, sv, i32(hq * 2 * KC + KC), tid, nthr)
+        gs_all(kt, qt, Ki, L, Ms, tid, nthr)
+        cuda.syncthreads()
+
+        nsl = (Ki + Vi + XW - 1) // XW
+        for rr in range(G):
+            hv = hq * G + rr
+            o_w = H * 2 * KC + hv * phv                 # W^T [K][C]
+            gb = (bb * T + t0) * HV + hv                # g / beta [bb, t0, hv] (flat)
+            gv = view(g, gb)
+            bv = view(beta, gb)
+            vv = view(v, gb * V)                        # v [bb, t0, hv, 0]
+            o_kd = i32(o_w + KC)                        # Kd  [C][K]
+            o_u = i32(o_w + 2 * KC)                     # U   [C][V]
+            o_p = i32(o_w + 2 * KC + C * V)             # P^T [C][C]
+            o_g = i32(o_w + 2 * KC + C * V + C * C)     # gamma [C]
+            o_w = i32(o_w)
+            prefetch_rows(vv, rsv, Vi, L, tid, nthr)
+            value_head_decay(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nthr)
+            tri_solve(Ts, L, tid, nthr)
             cuda.syncthreads()
-            wu_slab(Xs, Ts, sl, Ki, Vi, L, sv, o_w, o_u, tid, nthr)
-            cuda.syncthreads()
+            for sl in range(nsl):
+                stage_xy(kt, vv, rsv, sl, Ki, Vi, L, sv, o_kd, Xs, dl, ga, bs, tid, nthr)
+                cuda.syncthreads()
+                wu_slab(Xs, Ts, sl, Ki, Vi, L, sv, o_w, o_u, tid, nthr)
+                cuda.syncthreads()
+
+    if solve_name != SOLVE:
+        gdn_smem_prep_kernel.__qualname__ = f"gdn_smem_prep_kernel_{solve_name}"
+    return gdn_smem_prep_kernel
+
+
+gdn_smem_prep_kernel = make_smem_prep_kernel()

@@ -252,7 +252,17 @@ def value_head_tri(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nth
     token stride ``HV``), the decay rows D, ``P^T`` and ``gamma`` to the slot (``sv`` at
     ``o_p`` / ``o_g``), A in place of D, ``ga_i = beta_i * gamma_i``, and ``T = (I + A)^-1``
     in ``Ts`` (A's lower triangle, T^T in the upper one), from ``S | G^T`` in ``Ms``. A
-    CTA-wide call (it has barriers; the last one after the solve)."""
+    CTA-wide call (it has barriers; the last one after the solve): :func:`value_head_decay`
+    then :func:`tri_solve_cols4`."""
+    value_head_decay(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nthr)
+    tri_solve_cols4(Ts, L, tid, nthr)
+    cuda.syncthreads()
+
+
+@_dev
+def value_head_decay(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nthr):
+    """Steps 1 (value-head part) to 3 of :func:`value_head_tri`: everything but the solve,
+    ending with a barrier after which ``Ts`` holds A (lower triangle) for step 4."""
     # ---- chunked step 1, value-head part: a_j = E(min(g, 0)), beta_j
     j = tid
     while j < L:
@@ -315,10 +325,15 @@ def value_head_tri(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nth
         u += nthr
     cuda.syncthreads()
 
-    # ---- chunked step 4: T = (I + A)^-1. One thread per column mm; its rows in
-    # ascending order, four at a time (independent chains over the common j range, then
-    # the triangular tail). T_im needs only A (lower triangle, row i) and its own
-    # column's earlier entries T_jm, kept transposed in the upper triangle (row mm).
+
+@_dev
+def tri_solve_cols4(Ts, L, tid, nthr):
+    """Chunked step 4, ``T = (I + A)^-1``, with A in ``Ts``'s lower triangle (rows i, stride
+    TS) and T^T written to its upper triangle (row mm holds column mm of T). T_im's chain:
+    ``t = -A_im``, then ``t = fma(-A_ij, T_jm, t)`` for j = mm + 1 .. i - 1 ascending. One
+    thread per column mm; its rows in ascending order, four at a time (independent chains
+    over the common j range, then the triangular tail). T_im needs only A (lower triangle,
+    row i) and its own column's earlier entries T_jm. No barrier (the caller's follows)."""
     mm = tid
     while mm < L - 1:
         rm = mm * TS
@@ -361,7 +376,6 @@ def value_head_tri(gv, bv, HV, L, sv, o_p, o_g, Ms, Ts, ga, bs, gm, dl, tid, nth
             st1(Ts, rm + i, t)
             i += 1
         mm += nthr
-    cuda.syncthreads()
 
 
 
