@@ -460,7 +460,7 @@ def main(argv=None):
                     help="gdn mode: chunked_smprep pre-pass thread counts to time, e.g. 128,256")
     ap.add_argument("--prep-solve", default="",
                     help="gdn mode: pre-pass step-4 forms to A/B in chunked_rec_pipe, e.g. "
-                         "cols4,cols8,cols8r")
+                         "cols4,cols8")
     ap.add_argument("--variants", default="chunked_split,chunked_ws,chunked_pipe",
                     help="gdn mode: the variants checked byte for byte and timed")
     ap.add_argument("--clock-chunks", default="256:264",

@@ -44,7 +44,7 @@ from ._split_ops import N_MS, TS, _dev, fma4, ld1, ld4
 from ._split_prep import (store_gs_row, store_wu_tile, tri_decode, tri_solve_cols4,
                           value_head_decay, wu_tile)
 from ._split_prep_io import i32, ldx, pfx1, st1, st4x, stx, view
-from ._tri_solve import tri_solve_cols8, tri_solve_cols8r
+from ._tri_solve import tri_solve_cols8
 
 if SIMULATOR:
     # (device functions of other modules: the simulator binds a kernel's barrier and
@@ -52,11 +52,10 @@ if SIMULATOR:
     value_head_decay = cuda.jit(device=True)(value_head_decay)
     tri_solve_cols4 = cuda.jit(device=True)(tri_solve_cols4)
     tri_solve_cols8 = cuda.jit(device=True)(tri_solve_cols8)
-    tri_solve_cols8r = cuda.jit(device=True)(tri_solve_cols8r)
 
 #: Forms of step 4 (the forward substitution) the pre-pass can be built with: the same
 #: chains, so the same bits (:mod:`._tri_solve`); :data:`SOLVE` is the one it is built with.
-SOLVES = {"cols4": tri_solve_cols4, "cols8": tri_solve_cols8, "cols8r": tri_solve_cols8r}
+SOLVES = {"cols4": tri_solve_cols4, "cols8": tri_solve_cols8}
 SOLVE = "cols8"     # (H200, T = 65536: 1.867 ms against cols4's 1.891; bench/RESULTS.md)
 
 XW = 64                 # columns of [X | Y] per slab

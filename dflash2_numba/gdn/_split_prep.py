@@ -355,27 +355,45 @@ def tri_solve_cols4(Ts, L, tid, nthr):
                 a2 = cuda.fma(-ld1(Ts, r2 + j), tj, a2)
                 a3 = cuda.fma(-ld1(Ts, r3 + j), tj, a3)
                 j += 1
-            st1(Ts, rm + i, a0)
-            a1 = cuda.fma(-ld1(Ts, r1 + i), a0, a1)
-            st1(Ts, rm + i + 1, a1)
-            a2 = cuda.fma(-ld1(Ts, r2 + i), a0, a2)
-            a2 = cuda.fma(-ld1(Ts, r2 + i + 1), a1, a2)
-            st1(Ts, rm + i + 2, a2)
-            a3 = cuda.fma(-ld1(Ts, r3 + i), a0, a3)
-            a3 = cuda.fma(-ld1(Ts, r3 + i + 1), a1, a3)
-            a3 = cuda.fma(-ld1(Ts, r3 + i + 2), a2, a3)
-            st1(Ts, rm + i + 3, a3)
+            tail4(Ts, rm, i, a0, a1, a2, a3)
             i += 4
         while i < L:
-            ri = i * TS
-            t = -ld1(Ts, ri + mm)
-            j = mm + 1
-            while j < i:
-                t = cuda.fma(-ld1(Ts, ri + j), ld1(Ts, rm + j), t)
-                j += 1
-            st1(Ts, rm + i, t)
+            solve_row(Ts, rm, mm, i)
             i += 1
         mm += nthr
+
+
+@_dev
+def solve_row(Ts, rm, mm, i):
+    """T_im alone (step 4): its whole chain, then the store to ``Ts[rm + i]``."""
+    ri = i * TS
+    t = -ld1(Ts, ri + mm)
+    j = mm + 1
+    while j < i:
+        t = cuda.fma(-ld1(Ts, ri + j), ld1(Ts, rm + j), t)
+        j += 1
+    st1(Ts, rm + i, t)
+
+
+@_dev
+def tail4(Ts, rm, i, a0, a1, a2, a3):
+    """Rows ``i .. i + 3`` of column ``rm / TS`` (step 4) after their common steps (j < i):
+    each row's remaining steps j = i .. i + r - 1 ascending, on the group's own T entries as
+    they become final, and the four stores; returns the four final entries."""
+    r1 = (i + 1) * TS
+    r2 = r1 + TS
+    r3 = r2 + TS
+    st1(Ts, rm + i, a0)
+    a1 = cuda.fma(-ld1(Ts, r1 + i), a0, a1)
+    st1(Ts, rm + i + 1, a1)
+    a2 = cuda.fma(-ld1(Ts, r2 + i), a0, a2)
+    a2 = cuda.fma(-ld1(Ts, r2 + i + 1), a1, a2)
+    st1(Ts, rm + i + 2, a2)
+    a3 = cuda.fma(-ld1(Ts, r3 + i), a0, a3)
+    a3 = cuda.fma(-ld1(Ts, r3 + i + 1), a1, a3)
+    a3 = cuda.fma(-ld1(Ts, r3 + i + 2), a2, a3)
+    st1(Ts, rm + i + 3, a3)
+    return a0, a1, a2, a3
 
 
 

@@ -12,7 +12,7 @@ thread runs side by side, and when its loads are issued, change. So every form w
 same bits. T_im needs A (read-only here) and its own column's earlier entries T_jm
 (``j < i``), which the same thread wrote before (rows of a column in ascending order).
 
-Why these forms: in ``cols4`` one thread owns a column and walks its rows four at a time
+Why this form: in ``cols4`` one thread owns a column and walks its rows four at a time
 from the top; column 0 then costs ~600 serial loop trips (15 four-row groups, then three
 single rows of ~60 steps each), while six of the eight warps of a 256-thread CTA wait at
 the barrier after the solve (``bench/RESULTS.md``, GDN sixth round: 28 % of the pre-pass's
@@ -20,54 +20,37 @@ stall samples). Here a column's first ``(L - 1 - mm) % 8`` rows (chains of at mo
 steps) run one at a time and the rest in groups of eight aligned to the bottom: column 0
 costs ~240 trips of eight independent chains.
 
-* :func:`tri_solve_cols8`: eight chains over the common j range, then the group's
-  triangular tail (28 fma, each row's steps in ascending j).
-* :func:`tri_solve_cols8r`: the same, with the next trip's nine loads issued before this
-  trip's eight fma (ptxas does not pipeline a rolled loop across its back edge).
+:func:`tri_solve_cols8` runs eight chains over the common j range, then the group's
+triangular tail (28 fma, each row's steps in ascending j). A form that issued the next
+trip's nine loads before this trip's eight fma (``cols8r``) measured no faster on the H200
+and was removed (``bench/RESULTS.md``, GDN tenth round).
 
 No barrier in any form (the caller's follows).
 """
 from __future__ import annotations
 
-from .._compat import cuda
+from .._compat import SIMULATOR, cuda
 from ._split_ops import TS, _dev, ld1
+from ._split_prep import solve_row, tail4
 from ._split_prep_io import st1
 
-
-@_dev
-def solve_row(Ts, rm, mm, i):
-    """T_im alone: its whole chain, then the store to ``Ts[rm + i]``."""
-    ri = i * TS
-    t = -ld1(Ts, ri + mm)
-    j = mm + 1
-    while j < i:
-        t = cuda.fma(-ld1(Ts, ri + j), ld1(Ts, rm + j), t)
-        j += 1
-    st1(Ts, rm + i, t)
+if SIMULATOR:
+    # (device functions of another module: the simulator binds ``cuda.fma`` per module)
+    solve_row = cuda.jit(device=True)(solve_row)
+    tail4 = cuda.jit(device=True)(tail4)
 
 
 @_dev
 def group_tail(Ts, rm, i, a0, a1, a2, a3, a4, a5, a6, a7):
-    """Rows ``i .. i + 7`` of column ``rm / TS`` after their common steps (j < i): each row's
-    remaining steps j = i .. i + r - 1 in ascending order, on the group's own T entries as
-    they become final, and the eight stores."""
-    r1 = (i + 1) * TS
-    r2 = r1 + TS
-    r3 = r2 + TS
-    r4 = r3 + TS
+    """Rows ``i .. i + 7`` of column ``rm / TS`` after their common steps (j < i): rows
+    ``i .. i + 3`` as ``tail4``, then each of rows ``i + 4 .. i + 7``: its steps j = i ..
+    i + r - 1 in ascending order on the group's own T entries as they become final, and the
+    stores."""
+    a0, a1, a2, a3 = tail4(Ts, rm, i, a0, a1, a2, a3)
+    r4 = (i + 4) * TS
     r5 = r4 + TS
     r6 = r5 + TS
     r7 = r6 + TS
-    st1(Ts, rm + i, a0)
-    a1 = cuda.fma(-ld1(Ts, r1 + i), a0, a1)
-    st1(Ts, rm + i + 1, a1)
-    a2 = cuda.fma(-ld1(Ts, r2 + i), a0, a2)
-    a2 = cuda.fma(-ld1(Ts, r2 + i + 1), a1, a2)
-    st1(Ts, rm + i + 2, a2)
-    a3 = cuda.fma(-ld1(Ts, r3 + i), a0, a3)
-    a3 = cuda.fma(-ld1(Ts, r3 + i + 1), a1, a3)
-    a3 = cuda.fma(-ld1(Ts, r3 + i + 2), a2, a3)
-    st1(Ts, rm + i + 3, a3)
     a4 = cuda.fma(-ld1(Ts, r4 + i), a0, a4)
     a4 = cuda.fma(-ld1(Ts, r4 + i + 1), a1, a4)
     a4 = cuda.fma(-ld1(Ts, r4 + i + 2), a2, a4)
@@ -131,83 +114,6 @@ def tri_solve_cols8(Ts, L, tid, nthr):
                 a6 = cuda.fma(-ld1(Ts, p + 6 * TS), tj, a6)
                 a7 = cuda.fma(-ld1(Ts, p + 7 * TS), tj, a7)
                 j += 1
-            group_tail(Ts, rm, i, a0, a1, a2, a3, a4, a5, a6, a7)
-            i += 8
-        mm += nthr
-
-
-@_dev
-def tri_solve_cols8r(Ts, L, tid, nthr):
-    """:func:`tri_solve_cols8` with the common-range loop's loads one trip ahead (the last
-    trip's operands loaded before the loop, used after it)."""
-    mm = tid
-    while mm < L - 1:
-        rm = mm * TS
-        i = mm + 1
-        ie = i + ((L - 1 - mm) & 7)
-        while i < ie:
-            solve_row(Ts, rm, mm, i)
-            i += 1
-        while i < L:
-            r0 = i * TS
-            a0 = -ld1(Ts, r0 + mm)
-            a1 = -ld1(Ts, r0 + TS + mm)
-            a2 = -ld1(Ts, r0 + 2 * TS + mm)
-            a3 = -ld1(Ts, r0 + 3 * TS + mm)
-            a4 = -ld1(Ts, r0 + 4 * TS + mm)
-            a5 = -ld1(Ts, r0 + 5 * TS + mm)
-            a6 = -ld1(Ts, r0 + 6 * TS + mm)
-            a7 = -ld1(Ts, r0 + 7 * TS + mm)
-            j = mm + 1
-            if j < i:
-                p = r0 + j
-                tj = ld1(Ts, rm + j)
-                b0 = ld1(Ts, p)
-                b1 = ld1(Ts, p + TS)
-                b2 = ld1(Ts, p + 2 * TS)
-                b3 = ld1(Ts, p + 3 * TS)
-                b4 = ld1(Ts, p + 4 * TS)
-                b5 = ld1(Ts, p + 5 * TS)
-                b6 = ld1(Ts, p + 6 * TS)
-                b7 = ld1(Ts, p + 7 * TS)
-                j += 1
-                while j < i:
-                    p = r0 + j
-                    tn = ld1(Ts, rm + j)
-                    c0 = ld1(Ts, p)
-                    c1 = ld1(Ts, p + TS)
-                    c2 = ld1(Ts, p + 2 * TS)
-                    c3 = ld1(Ts, p + 3 * TS)
-                    c4 = ld1(Ts, p + 4 * TS)
-                    c5 = ld1(Ts, p + 5 * TS)
-                    c6 = ld1(Ts, p + 6 * TS)
-                    c7 = ld1(Ts, p + 7 * TS)
-                    a0 = cuda.fma(-b0, tj, a0)
-                    a1 = cuda.fma(-b1, tj, a1)
-                    a2 = cuda.fma(-b2, tj, a2)
-                    a3 = cuda.fma(-b3, tj, a3)
-                    a4 = cuda.fma(-b4, tj, a4)
-                    a5 = cuda.fma(-b5, tj, a5)
-                    a6 = cuda.fma(-b6, tj, a6)
-                    a7 = cuda.fma(-b7, tj, a7)
-                    tj = tn
-                    b0 = c0
-                    b1 = c1
-                    b2 = c2
-                    b3 = c3
-                    b4 = c4
-                    b5 = c5
-                    b6 = c6
-                    b7 = c7
-                    j += 1
-                a0 = cuda.fma(-b0, tj, a0)
-                a1 = cuda.fma(-b1, tj, a1)
-                a2 = cuda.fma(-b2, tj, a2)
-                a3 = cuda.fma(-b3, tj, a3)
-                a4 = cuda.fma(-b4, tj, a4)
-                a5 = cuda.fma(-b5, tj, a5)
-                a6 = cuda.fma(-b6, tj, a6)
-                a7 = cuda.fma(-b7, tj, a7)
             group_tail(Ts, rm, i, a0, a1, a2, a3, a4, a5, a6, a7)
             i += 8
         mm += nthr
