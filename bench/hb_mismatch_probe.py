@@ -12,6 +12,10 @@ Modes (per-rank shape, B = 1, H = 4, HV = 12, K = V = 128, FP16; ``T`` tokens):
   ``repeat T FORM``   ``FORM`` launched four times: are the wrong bytes the same each time?
   ``once T FORM``     one ``chunked_rec_pipe`` call with ``FORM``, for compute-sanitizer
                       (``compute-sanitizer --tool initcheck python3 bench/hb_mismatch_probe.py once 4096 floordiv64``).
+  ``cubin DIR [CC]``  each spelling's PTX and cubin (FP16 output signature, the variant's launch
+                      bounds, compute capability CC, default 9.0) into DIR with this machine's
+                      toolchain, no launch: on the device, then ``nvdisasm`` both cubins and diff
+                      the SASS around the uses of ``hb`` (the next step of the investigation).
 """
 from __future__ import annotations
 
@@ -44,6 +48,13 @@ def out_kernel(form: str):
     variant's launch bounds."""
     if FORMS[form] is None:
         return RP._out
+    return jit_bounded(edited_source(form), RP.OUT_LAUNCH_BOUNDS)
+
+
+def edited_source(form: str):
+    """``gdn_chunk_out_pipe``'s kernel function with ``hb`` spelt as ``FORMS[form]``."""
+    if FORMS[form] is None:
+        return P.gdn_chunk_out_pipe_kernel
     src = textwrap.dedent(inspect.getsource(P.gdn_chunk_out_pipe_kernel))
     if src.count(SHIPPED) != 1:
         raise RuntimeError("gdn_chunk_out_pipe_kernel changed: no single " + SHIPPED)
@@ -51,7 +62,30 @@ def out_kernel(form: str):
                                                     f"def out_{form}")
     ns = dict(P.gdn_chunk_out_pipe_kernel.__globals__)
     exec(compile(src, f"<hb {form}>", "exec"), ns)
-    return jit_bounded(ns[f"out_{form}"], RP.OUT_LAUNCH_BOUNDS)
+    return ns[f"out_{form}"]
+
+
+def write_cubins(out_dir: str, cc) -> None:
+    """PTX and cubin of every spelling, compiled and linked by this machine's toolchain with
+    the variant's launch bounds (no launch). Without a GPU (no driver to link with) PTX only."""
+    from dflash2_numba._compat import compile_ptx_cc, exact_fp32, gpu_available
+    from dflash2_numba.gdn import chunked_rec as RC
+
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    sig = RC._out_signatures()[0]                    # FP16 output, as the probe's calls
+    for form in FORMS:
+        stem = Path(out_dir, f"gdn_chunk_out_pipe.{form}.sm{cc[0]}{cc[1]}")
+        if not gpu_available():
+            ptx, _ = compile_ptx_cc(edited_source(form), sig, cc, RP.OUT_LAUNCH_BOUNDS)
+            Path(f"{stem}.ptx").write_text(ptx)
+            print(f"wrote {stem}.ptx (no GPU: no cubin)", flush=True)
+            continue
+        kern = jit_bounded(edited_source(form), RP.OUT_LAUNCH_BOUNDS)
+        with exact_fp32():
+            lib = kern.compile(sig)._codelibrary     # (numba-cuda 0.30's compiled kernel)
+            Path(f"{stem}.ptx").write_text(lib.get_asm_str(cc=cc))
+            Path(f"{stem}.cubin").write_bytes(lib.get_cubin(cc=cc))
+        print(f"wrote {stem}.ptx and .cubin", flush=True)
 
 
 def planned_call(inputs, form: str):
@@ -82,7 +116,12 @@ def describe(got, want) -> str:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    mode, T = argv[0], int(argv[1])
+    mode = argv[0]
+    if mode == "cubin":
+        cc = tuple(int(x) for x in (argv[2] if len(argv) > 2 else "9.0").split("."))
+        write_cubins(argv[1], cc)
+        return 0
+    T = int(argv[1])
     inputs = gdn_inputs(T)
     if mode == "once":
         output_bits(planned_call(inputs, argv[2]))
