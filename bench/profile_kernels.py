@@ -232,8 +232,8 @@ def mode_gdn(args, inputs):
 
 
 def prep_solve_ab(args, plan, ro, rs):
-    """``chunked_rec_pipe`` with its pre-pass built with each ``--prep-solve`` form of step 4
-    (:data:`dflash2_numba.gdn._prep_smem.SOLVES`): bytes of the whole call against
+    """``chunked_rec_pipe`` with its pre-pass built with each ``--prep-solve`` form, ``SOLVE``
+    or ``SOLVE+WU`` (:data:`dflash2_numba.gdn._prep_smem.SOLVES`, ``WUS``): bytes of the whole call against
     ``chunked``, then the pre-pass alone, the forms interleaved over ``--rounds`` rounds of
     event medians, and the whole call once per form."""
     from dflash2_numba._compat import jit_bounded
@@ -248,7 +248,8 @@ def prep_solve_ab(args, plan, ro, rs):
     for form in forms:
         call = plan("chunked_rec_pipe")
         s = call.plan.scratch
-        s.prep_kernel = DynShared(jit_bounded(make_smem_prep_kernel(form), SP.PREP_LAUNCH_BOUNDS),
+        s.prep_kernel = DynShared(jit_bounded(make_smem_prep_kernel(*form.split("+")),
+                                              SP.PREP_LAUNCH_BOUNDS),
                                   4 * smem_floats(call.plan.K))
         call.launch()
         cuda.synchronize()
@@ -459,8 +460,8 @@ def main(argv=None):
     ap.add_argument("--smprep-threads", default="",
                     help="gdn mode: chunked_smprep pre-pass thread counts to time, e.g. 128,256")
     ap.add_argument("--prep-solve", default="",
-                    help="gdn mode: pre-pass step-4 forms to A/B in chunked_rec_pipe, e.g. "
-                         "cols4,cols8")
+                    help="gdn mode: pre-pass forms to A/B in chunked_rec_pipe, SOLVE or "
+                         "SOLVE+WU (step 4 / step 5 forms), e.g. cols4,cols8,cols8+pair2")
     ap.add_argument("--variants", default="chunked_split,chunked_ws,chunked_pipe",
                     help="gdn mode: the variants checked byte for byte and timed")
     ap.add_argument("--clock-chunks", default="256:264",

@@ -5,7 +5,8 @@ value head), for every thread count the loops must handle (one warp: G / S tiles
 passes plus rows; 96: tiles in one pass; the simulator's default 64), with K = V = 32 and
 K = 64, V = 32 (a slab of [X | Y] that mixes k and v columns), GVA 3, and a partial last
 chunk (rows past L are compared nowhere: neither kernel defines them); and the pre-pass
-built with each other form of step 4 (:data:`._prep_smem.SOLVES`)."""
+built with each other form of step 4 (:data:`._prep_smem.SOLVES`) and of step 5's W / U
+tiles (:data:`._prep_smem.WUS`)."""
 import numpy as np
 import pytest
 
@@ -39,7 +40,8 @@ def _scratch(variant, case, monkeypatch, threads=None, solve=None):
         from dflash2_numba._dynshared import DynShared
         from dflash2_numba.gdn._prep_smem import make_smem_prep_kernel, smem_floats
 
-        call.plan.scratch.prep_kernel = DynShared(cuda.jit(make_smem_prep_kernel(solve)),
+        form = solve.split("+")                 # "SOLVE" or "SOLVE+WU"
+        call.plan.scratch.prep_kernel = DynShared(cuda.jit(make_smem_prep_kernel(*form)),
                                                   4 * smem_floats(case["k"].shape[-1]))
     call.launch()
     s = call.plan.scratch
@@ -55,7 +57,10 @@ def _scratch(variant, case, monkeypatch, threads=None, solve=None):
     # step 4's forms built in explicitly (the same chains; the default, cols8, runs eight
     # rows at a time): every row offset of a column's groups (L = 64, 36), a chunk with no
     # whole group (L = 5), fewer threads than columns
-    (None, 32, 32, 69, "cols4"), (32, 64, 32, 100, "cols4"), (None, 32, 32, 69, "cols8")])
+    (None, 32, 32, 69, "cols4"), (32, 64, 32, 100, "cols4"), (None, 32, 32, 69, "cols8"),
+    # step 5's balanced W / U units (row tiles p and nt - 1 - p x two columns): an even and
+    # an odd number of row tiles (L = 64, 5; 36, 64), a slab of k and v columns, one warp
+    (None, 32, 32, 69, "cols8+pair2"), (32, 64, 32, 100, "cols8+pair2")])
 def test_scratch_matches_split_prep(monkeypatch, threads, K, V, T, solve):
     rng = np.random.default_rng(2000 + K + T)
     case = oracle.random_gdn_case(rng, B=1, T=T, H=1, HV=3, K=K, V=V, dtype=np.float16,

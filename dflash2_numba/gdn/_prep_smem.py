@@ -45,6 +45,8 @@ from ._split_prep import (store_gs_row, store_wu_tile, tri_decode, tri_solve_col
                           value_head_decay, wu_tile)
 from ._split_prep_io import i32, ldx, pfx1, st1, st4x, stx, view
 from ._tri_solve import tri_solve_cols8
+from ._wu_pair import XWS as _PAIR_XWS
+from ._wu_pair import wu_pair_slab
 
 if SIMULATOR:
     # (device functions of other modules: the simulator binds a kernel's barrier and
@@ -340,10 +342,19 @@ def wu_slab(Xs, Ts, sl, K, V, L, sv, o_w, o_u, tid, nthr):
         u += nthr
 
 
-def make_smem_prep_kernel(solve_name: str = SOLVE):
-    """The kernel function with step 4 in form ``solve_name`` (a key of :data:`SOLVES`);
-    every form writes the same bits."""
+#: Forms of step 5's W / U tiles: ``tile4`` (:func:`wu_slab`, the built one) and ``pair2``
+#: (:func:`._wu_pair.wu_pair_slab`: balanced units of two row tiles x two columns, for
+#: measurement); the same chains, so the same bits.
+WUS = {"tile4": wu_slab, "pair2": wu_pair_slab}
+assert _PAIR_XWS == XWS
+
+
+def make_smem_prep_kernel(solve_name: str = SOLVE, wu_name: str = "tile4"):
+    """The kernel function with step 4 in form ``solve_name`` (a key of :data:`SOLVES`) and
+    step 5's W / U tiles in form ``wu_name`` (a key of :data:`WUS`); every form writes the
+    same bits."""
     tri_solve = SOLVES[solve_name]
+    wu_tiles = WUS[wu_name]
 
     def gdn_smem_prep_kernel(q, k, v, g, beta, chunks, scr, F, scale, use_l2):
         """Steps 1-5 of chunked for chunk slot ``blockIdx.x // H`` and q/k head
@@ -420,11 +431,11 @@ def make_smem_prep_kernel(solve_name: str = SOLVE):
             for sl in range(nsl):
                 stage_xy(kt, vv, rsv, sl, Ki, Vi, L, sv, o_kd, Xs, dl, ga, bs, tid, nthr)
                 cuda.syncthreads()
-                wu_slab(Xs, Ts, sl, Ki, Vi, L, sv, o_w, o_u, tid, nthr)
+                wu_tiles(Xs, Ts, sl, Ki, Vi, L, sv, o_w, o_u, tid, nthr)
                 cuda.syncthreads()
 
-    if solve_name != SOLVE:
-        gdn_smem_prep_kernel.__qualname__ = f"gdn_smem_prep_kernel_{solve_name}"
+    if (solve_name, wu_name) != (SOLVE, "tile4"):
+        gdn_smem_prep_kernel.__qualname__ = f"gdn_smem_prep_kernel_{solve_name}_{wu_name}"
     return gdn_smem_prep_kernel
 
 
