@@ -387,7 +387,6 @@ def tail4(Ts, rm, i, a0, a1, a2, a3):
     return a0, a1, a2, a3
 
 
-
 def make_wu_tile(ldw, fmaw):
     """The W / U tile function of width ``w`` (``ldw``: a ``w``-wide shared load, ``fmaw``:
     ``w`` independent fma steps, :mod:`._split_ops`): rows ``i0 .. i0+3``, slab columns
