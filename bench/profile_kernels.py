@@ -231,26 +231,31 @@ def mode_gdn(args, inputs):
     return rows
 
 
-def prep_solve_ab(args, plan, ro, rs):
-    """``chunked_rec_pipe`` with its pre-pass built with each ``--prep-solve`` form, ``SOLVE``
-    or ``SOLVE+WU`` (:data:`dflash2_numba.gdn._prep_smem.SOLVES`, ``WUS``): bytes of the whole call against
-    ``chunked``, then the pre-pass alone, the forms interleaved over ``--rounds`` rounds of
-    event medians, and the whole call once per form."""
+def prep_form_kernel(form: str, K: int):
+    """``gdn_smem_prep`` built with pre-pass form ``form`` (``SOLVE`` or ``SOLVE+WU``, keys of
+    :data:`dflash2_numba.gdn._prep_smem.SOLVES` / ``WUS``), with chunked_smprep's launch
+    bounds and shared memory at ``K``: a planned call's ``scratch.prep_kernel``."""
     from dflash2_numba._compat import jit_bounded
     from dflash2_numba._dynshared import DynShared
     from dflash2_numba.gdn import chunked_smprep as SP
     from dflash2_numba.gdn._prep_smem import make_smem_prep_kernel, smem_floats
 
+    return DynShared(jit_bounded(make_smem_prep_kernel(*form.split("+")), SP.PREP_LAUNCH_BOUNDS),
+                     4 * smem_floats(K))
+
+
+def prep_solve_ab(args, plan, ro, rs):
+    """``chunked_rec_pipe`` with its pre-pass built with each ``--prep-solve`` form, ``SOLVE``
+    or ``SOLVE+WU`` (:data:`dflash2_numba.gdn._prep_smem.SOLVES`, ``WUS``): bytes of the whole call against
+    ``chunked``, then the pre-pass alone, the forms interleaved over ``--rounds`` rounds of
+    event medians, and the whole call once per form."""
     forms = [f for f in args.prep_solve.split(",") if f]
     if not forms:
         return []
     calls, rows = {}, []
     for form in forms:
         call = plan("chunked_rec_pipe")
-        s = call.plan.scratch
-        s.prep_kernel = DynShared(jit_bounded(make_smem_prep_kernel(*form.split("+")),
-                                              SP.PREP_LAUNCH_BOUNDS),
-                                  4 * smem_floats(call.plan.K))
+        call.plan.scratch.prep_kernel = prep_form_kernel(form, call.plan.K)
         call.launch()
         cuda.synchronize()
         vo, vs = (host(x) for x in call.results())

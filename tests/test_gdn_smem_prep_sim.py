@@ -35,14 +35,10 @@ def _scratch(variant, case, monkeypatch, threads=None, solve=None):
     if threads is not None:
         monkeypatch.setattr(chunked_smprep, "PREP_THREADS", threads)
     call = plan_gdn(**case, variant=variant, out_dtype="float32")
-    if solve is not None:               # the pre-pass built with another step-4 form
-        from dflash2_numba._compat import cuda
-        from dflash2_numba._dynshared import DynShared
-        from dflash2_numba.gdn._prep_smem import make_smem_prep_kernel, smem_floats
+    if solve is not None:               # the pre-pass built with another form ("SOLVE+WU")
+        from bench.profile_kernels import prep_form_kernel
 
-        form = solve.split("+")                 # "SOLVE" or "SOLVE+WU"
-        call.plan.scratch.prep_kernel = DynShared(cuda.jit(make_smem_prep_kernel(*form)),
-                                                  4 * smem_floats(case["k"].shape[-1]))
+        call.plan.scratch.prep_kernel = prep_form_kernel(solve, case["k"].shape[-1])
     call.launch()
     s = call.plan.scratch
     assert s.prep_threads == (threads or (chunked_smprep.SIM_PREP_THREADS

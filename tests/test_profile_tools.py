@@ -88,6 +88,24 @@ def test_rec_kernels_launched_one_at_a_time_rewrite_the_call(variant):
     _assert_results_are(call, ref)
 
 
+@pytest.mark.parametrize("form", ["cols4", "cols8+pair2"])
+def test_prep_forms_swapped_into_a_planned_call_rewrite_its_bytes(form):
+    """``--prep-solve``'s pre-pass forms, built and swapped into a planned chunked_rec_pipe
+    call as bench/profile_kernels.py does (prep_form_kernel), on a scratch refilled with the
+    sentinel: the call's bytes."""
+    from bench.profile_kernels import prep_form_kernel
+    from dflash2_numba.gdn import chunked_rec, chunked_split
+
+    call, ref = _planned_with_sentinels("chunked_rec_pipe", 70, 11)
+    s = call.plan.scratch
+    s.prep_kernel = prep_form_kernel(form, call.plan.K)
+    s.scr.copy_to_device(np.full(s.scr.shape, -777.0, np.float32))
+    chunked_split.launch_prep(call.plan, 0)
+    chunked_rec.launch_state(call.plan, 0)
+    chunked_rec.launch_out(call.plan, 0)
+    _assert_results_are(call, ref)
+
+
 @pytest.mark.parametrize("variant", ["chunked_ws", "chunked_wsr", "chunked_rec", *STAGED_OUT])
 def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk(monkeypatch,
                                                                             variant):
