@@ -8,6 +8,10 @@
 #           ncu-gdn-source (per-instruction Nsight Compute report of one kernel of one call (NCU_KERNEL regex,
 #                     default the state kernel; gdn_split_prep for the pre-pass),
 #                     summed per phase by bench/ncu_source_segments.py; NCU_VARIANT, default chunked_wsr),
+#           prep-forms (chunked_rec_pipe's pre-pass under each PREP_FORMS entry, SOLVE or SOLVE+WU,
+#                     byte-checked and timed interleaved; default cols8,cols8+pair2),
+#           hb-sass (bench/hb_mismatch_probe.py: the hb spellings' bytes, then their PTX and cubin
+#                     under hb_cubin/ for a SASS diff with nvdisasm),
 #           ncu-attn (per-instruction Nsight Compute report of one attention split launch at 261888,
 #                     summed per phase by bench/ncu_source_segments.py; NCU_ATTN_VARIANT,
 #                     default tiled_compact)
@@ -80,6 +84,15 @@ for stage in "$@"; do
       ncu -i "$out/ncu_attn_$v.ncu-rep" --page details > "$out/ncu_attn_${v}_details.txt" || rc=1
       python3 bench/ncu_source_segments.py "$out/ncu_attn_${v}_source.csv" \
           | tee "$out/ncu_attn_${v}_segments.txt" || rc=1 ;;
+    prep-forms)
+      python3 bench/profile_kernels.py gdn --T 65536 --variants chunked_rec_pipe \
+          --prep-solve "${PREP_FORMS:-cols8,cols8+pair2}" --rounds 5 --out "$out" \
+          > "$out/prep_forms.log" 2>&1; rc=$?
+      grep -E "^\{.*prep-solve" "$out/prep_forms.log" | cut -c1-160 ;;
+    hb-sass)
+      python3 bench/hb_mismatch_probe.py check 4096 > "$out/hb_check.log" 2>&1; rc=$?
+      python3 bench/hb_mismatch_probe.py cubin "$out/hb_cubin" > "$out/hb_cubin.log" 2>&1 || rc=1
+      grep -vE "Warning|warn\(" "$out/hb_check.log" | tail -n 5; tail -n 4 "$out/hb_cubin.log" ;;
     *) echo "unknown stage $stage"; rc=2 ;;
   esac
   echo "== stage $stage: exit $rc in $(( $(date +%s) - start )) s"
