@@ -10,11 +10,12 @@ import textwrap
 from dflash2_numba._compat import cuda
 
 
-def edited_device_function(module, fn_name, edits, new_name, extra=None):
+def edited_function(module, fn_name, edits, new_name, extra=None):
     """``module.fn_name``'s source with each ``(old, new)`` of ``edits`` applied (each ``old``
     must occur exactly once), decorators dropped, executed in a copy of its defining module's
-    namespace (plus the function's closure variables and ``extra``), and the function
-    ``new_name`` it defines returned as a numba device function, with that namespace."""
+    namespace (plus the function's closure variables and ``extra``): the plain Python
+    function ``new_name`` it defines (a kernel or device function to compile), and that
+    namespace."""
     fn = getattr(module, fn_name)
     py = fn.py_func if hasattr(fn, "py_func") else fn
     src = textwrap.dedent(inspect.getsource(py))
@@ -27,5 +28,10 @@ def edited_device_function(module, fn_name, edits, new_name, extra=None):
     namespace.update(inspect.getclosurevars(py).nonlocals)   # (a factory-made function's)
     namespace.update(extra or {})
     exec(compile(src, f"<{new_name}>", "exec"), namespace)
-    return cuda.jit(device=True)(namespace[new_name]), namespace
+    return namespace[new_name], namespace
 
+
+def edited_device_function(module, fn_name, edits, new_name, extra=None):
+    """:func:`edited_function`'s function as a numba device function, with its namespace."""
+    fn, namespace = edited_function(module, fn_name, edits, new_name, extra)
+    return cuda.jit(device=True)(fn), namespace

@@ -19,9 +19,7 @@ Modes (per-rank shape, B = 1, H = 4, HV = 12, K = V = 128, FP16; ``T`` tokens):
 """
 from __future__ import annotations
 
-import inspect
 import sys
-import textwrap
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -36,6 +34,7 @@ from dflash2_numba._dynshared import DynShared  # noqa: E402
 from dflash2_numba.gdn import _chunk_output_pipe as P  # noqa: E402
 from dflash2_numba.gdn import chunked_rec_pipe as RP  # noqa: E402
 from numba import cuda  # noqa: E402
+from _source_edit import edited_function  # noqa: E402
 from profile_kernels import gdn_inputs, host  # noqa: E402
 
 SHIPPED = "hb = I32(4 * ncg)"
@@ -45,24 +44,14 @@ FORMS = {"shipped": None, "floordiv64": "hb = I32(V // 2)",
 
 def out_kernel(form: str):
     """``gdn_chunk_out_pipe``'s kernel with ``hb`` spelt as ``FORMS[form]``, compiled with the
-    variant's launch bounds."""
+    variant's launch bounds (the shipped spelling: the variant's own kernel)."""
     if FORMS[form] is None:
         return RP._out
-    return jit_bounded(edited_source(form), RP.OUT_LAUNCH_BOUNDS)
-
-
-def edited_source(form: str):
-    """``gdn_chunk_out_pipe``'s kernel function with ``hb`` spelt as ``FORMS[form]``."""
-    if FORMS[form] is None:
-        return P.gdn_chunk_out_pipe_kernel
-    src = textwrap.dedent(inspect.getsource(P.gdn_chunk_out_pipe_kernel))
-    if src.count(SHIPPED) != 1:
-        raise RuntimeError("gdn_chunk_out_pipe_kernel changed: no single " + SHIPPED)
-    src = src.replace(SHIPPED, FORMS[form]).replace("def gdn_chunk_out_pipe_kernel",
-                                                    f"def out_{form}")
-    ns = dict(P.gdn_chunk_out_pipe_kernel.__globals__)
-    exec(compile(src, f"<hb {form}>", "exec"), ns)
-    return ns[f"out_{form}"]
+    fn, _ = edited_function(P, "gdn_chunk_out_pipe_kernel",
+                            [(SHIPPED, FORMS[form]),
+                             ("def gdn_chunk_out_pipe_kernel", f"def out_{form}")],
+                            f"out_{form}")
+    return jit_bounded(fn, RP.OUT_LAUNCH_BOUNDS)
 
 
 def write_cubins(out_dir: str, cc) -> None:
@@ -75,12 +64,12 @@ def write_cubins(out_dir: str, cc) -> None:
     sig = RC._out_signatures()[0]                    # FP16 output, as the probe's calls
     for form in FORMS:
         stem = Path(out_dir, f"gdn_chunk_out_pipe.{form}.sm{cc[0]}{cc[1]}")
+        kern = out_kernel(form)
         if not gpu_available():
-            ptx, _ = compile_ptx_cc(edited_source(form), sig, cc, RP.OUT_LAUNCH_BOUNDS)
+            ptx, _ = compile_ptx_cc(kern.py_func, sig, cc, RP.OUT_LAUNCH_BOUNDS)
             Path(f"{stem}.ptx").write_text(ptx)
             print(f"wrote {stem}.ptx (no GPU: no cubin)", flush=True)
             continue
-        kern = jit_bounded(edited_source(form), RP.OUT_LAUNCH_BOUNDS)
         with exact_fp32():
             lib = kern.compile(sig)._codelibrary     # (numba-cuda 0.30's compiled kernel)
             Path(f"{stem}.ptx").write_text(lib.get_asm_str(cc=cc))
@@ -90,7 +79,8 @@ def write_cubins(out_dir: str, cc) -> None:
 
 def planned_call(inputs, form: str):
     call = d2.plan_gdn(**inputs, variant="chunked_rec_pipe", check_values=False)
-    call.plan.scratch.rec.out = DynShared(out_kernel(form), 4 * P.pipe_floats(128, 128))
+    call.plan.scratch.rec.out = DynShared(out_kernel(form),
+                                          4 * P.pipe_floats(call.plan.K, call.plan.V))
     return call
 
 
