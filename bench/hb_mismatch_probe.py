@@ -12,6 +12,13 @@ Modes (per-rank shape, B = 1, H = 4, HV = 12, K = V = 128, FP16; ``T`` tokens):
   ``repeat T FORM``   ``FORM`` launched four times: are the wrong bytes the same each time?
   ``once T FORM``     one ``chunked_rec_pipe`` call with ``FORM``, for compute-sanitizer
                       (``compute-sanitizer --tool initcheck python3 bench/hb_mismatch_probe.py once 4096 floordiv64``).
+  ``pattern T FORM``  where ``FORM``'s wrong values sit (rows in a chunk, heads, columns);
+  ``bisect T``        the shipped kernel with ``I32(V // 2)`` at one group of ``hb``'s uses
+                      (phase-1 steps, phase-2 steps, the tail, the row stores) or at all;
+  ``fill T``          every spelling with the call's global scratch filled, before the call,
+                      with each of ``FILLS`` (zero, NaN, -inf, a large finite word): the
+                      pre-pass never writes P^T's upper part nor the rows past a partial
+                      chunk's end, so a form whose bytes change with the fill reads them;
   ``cubin DIR [CC]``  each spelling's PTX and cubin (FP16 output signature, the variant's launch
                       bounds, compute capability CC, default 9.0) into DIR with this machine's
                       toolchain, no launch: on the device, then ``nvdisasm`` both cubins and diff
@@ -19,6 +26,7 @@ Modes (per-rank shape, B = 1, H = 4, HV = 12, K = V = 128, FP16; ``T`` tokens):
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -42,15 +50,52 @@ FORMS = {"shipped": None, "floordiv64": "hb = I32(V // 2)",
          "floordiv32": "hb = I32(V) // I32(2)", "shift": "hb = I32(V >> 1)"}
 
 
+def _block(src: str, first: str, last: str) -> str:
+    """The text of ``src`` from the line holding ``first`` to the end of the line holding
+    ``last``."""
+    a = src.index(first)
+    a = src.rindex("\n", 0, a) + 1
+    b = src.index("\n", src.index(last, a))
+    return src[a:b]
+
+
+def bisect_forms():
+    """The shipped kernel plus ``hb2 = I32(V // 2)``, with ``hb2`` in place of ``hb`` at one
+    group of its uses (or all): which use does the failing spelling break?"""
+    import inspect
+    src = inspect.getsource(P.gdn_chunk_out_pipe_kernel)
+    uses = {
+        "p1": ["V32, hb, I32(sb),"],
+        "p2": ["V32, hb, nst,"],
+        "tail": [_block(src, "a1, b1 = tail_step(sm, pj, pv, hb, 1", "# j = i0 + 3: row 3")],
+        "st": [_block(src, "st4(sm, p + hb, b0)", "st4(sm, p + 3 * vp + hb, b3)")],
+    }
+    uses["all"] = [t for v in uses.values() for t in v]
+    forms = {}
+    for name, olds in uses.items():
+        edits = [(SHIPPED, SHIPPED + "\n    hb2 = I32(V // 2)")]
+        edits += [(o, re.sub(r"\bhb\b", "hb2", o)) for o in olds]
+        forms[f"hb2@{name}"] = edits
+    # the SASS of the failing spelling forms phase 1's offset as (V >> 1) - V, i.e. -V/2
+    # (IMAD.HI.U32 R, Vlo, 0x80000000; IADD3 R, R, -Vlo, Vhi << 31): the shipped kernel with
+    # phase 1's offset written as -V/2 (or -3V/2) must then give the failing bytes exactly
+    for name, expr in (("minus", "-hb"), ("minus3", "-3 * hb")):
+        forms[f"p1={name}"] = [(SHIPPED, SHIPPED + f"\n    hb2 = I32({expr})"),
+                               (uses["p1"][0], uses["p1"][0].replace("hb,", "hb2,"))]
+    return forms
+
+
 def out_kernel(form: str):
-    """``gdn_chunk_out_pipe``'s kernel with ``hb`` spelt as ``FORMS[form]``, compiled with the
-    variant's launch bounds (the shipped spelling: the variant's own kernel)."""
-    if FORMS[form] is None:
+    """``gdn_chunk_out_pipe``'s kernel with ``hb`` spelt as ``FORMS[form]`` (or one of
+    :func:`bisect_forms`), compiled with the variant's launch bounds (the shipped spelling:
+    the variant's own kernel)."""
+    if form in FORMS and FORMS[form] is None:
         return RP._out
+    edits = [(SHIPPED, FORMS[form])] if form in FORMS else bisect_forms()[form]
+    tag = re.sub(r"\W", "_", form)
     fn, _ = edited_function(P, "gdn_chunk_out_pipe_kernel",
-                            [(SHIPPED, FORMS[form]),
-                             ("def gdn_chunk_out_pipe_kernel", f"def out_{form}")],
-                            f"out_{form}")
+                            edits + [("def gdn_chunk_out_pipe_kernel", f"def out_{tag}")],
+                            f"out_{tag}")
     return jit_bounded(fn, RP.OUT_LAUNCH_BOUNDS)
 
 
@@ -73,13 +118,23 @@ def write_cubins(out_dir: str, cc) -> None:
         with exact_fp32():
             lib = kern.compile(sig)._codelibrary     # (numba-cuda 0.30's compiled kernel)
             Path(f"{stem}.ptx").write_text(lib.get_asm_str(cc=cc))
-            Path(f"{stem}.cubin").write_bytes(lib.get_cubin(cc=cc))
+            cubin = lib.get_cubin(cc=cc)                 # bytes, or a cuda.core ObjectCode
+            Path(f"{stem}.cubin").write_bytes(bytes(getattr(cubin, "code", cubin)))
         print(f"wrote {stem}.ptx and .cubin", flush=True)
 
 
-def planned_call(inputs, form: str):
+FILLS = {"zero": 0x00000000, "nan": 0x7FC00000, "-inf": 0xFF800000, "5a5a5a5a": 0x5A5A5A5A}
+
+
+def planned_call(inputs, form: str, fill=None, kern=None):
+    """A planned ``chunked_rec_pipe`` call with ``hb`` spelt as ``FORMS[form]`` (``kern``:
+    that form's kernel, already built by :func:`out_kernel`); ``fill``: a 32-bit word
+    written over the whole global scratch after planning (None: as planned)."""
     call = d2.plan_gdn(**inputs, variant="chunked_rec_pipe", check_values=False)
-    call.plan.scratch.rec.out = DynShared(out_kernel(form),
+    if fill is not None:
+        scr = call.plan.scratch.scr
+        scr.copy_to_device(np.full(scr.shape, fill, np.uint32).view(np.float32))
+    call.plan.scratch.rec.out = DynShared(out_kernel(form) if kern is None else kern,
                                           4 * P.pipe_floats(call.plan.K, call.plan.V))
     return call
 
@@ -104,6 +159,23 @@ def describe(got, want) -> str:
             f"{len(rows)} of {bad.shape[0]} tokens")
 
 
+def pattern(got, want) -> str:
+    """Where the wrong values sit: rows within a 64-token chunk, value heads, columns, and
+    how far off they are."""
+    g = got.reshape(-1, 12, 128).view(np.float16).astype(np.float64)
+    w = want.reshape(-1, 12, 128).view(np.float16).astype(np.float64)
+    bad = got.reshape(-1, 12, 128) != want.reshape(-1, 12, 128)
+    t, h, c = np.nonzero(bad)
+    rows = np.bincount(t % 64, minlength=64)
+    rel = np.abs(g - w)[bad] / np.maximum(np.abs(w[bad]), 1e-3)
+    return (f"rows in chunk with wrong values (count per row 0..63): {rows.tolist()}\n"
+            f"value heads: {np.bincount(h, minlength=12).tolist()}\n"
+            f"columns: {np.bincount(c, minlength=128)[60:].tolist()} (from 60)\n"
+            f"chunks: {np.bincount(t // 64).tolist()}\n"
+            f"relative error: median {np.median(rel):.3g}, max {rel.max():.3g}, "
+            f"share > 1e-2: {(rel > 1e-2).mean():.3f}")
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     mode = argv[0]
@@ -122,6 +194,21 @@ def main(argv=None) -> int:
         for form in FORMS:
             print(f"{form:11s} ({FORMS[form] or SHIPPED}): "
                   f"{describe(output_bits(planned_call(inputs, form)), want)}", flush=True)
+    elif mode == "pattern":
+        got = output_bits(planned_call(inputs, argv[2]))
+        print(f"{argv[2]}: {describe(got, want)}")
+        print(pattern(got, want))
+    elif mode == "bisect":
+        bad = output_bits(planned_call(inputs, "floordiv64"))
+        for form in bisect_forms():
+            got = output_bits(planned_call(inputs, form))
+            print(f"{form:11s}: {describe(got, want)}; the same bytes as floordiv64: "
+                  f"{np.array_equal(got, bad)}", flush=True)
+    elif mode == "fill":
+        for form in FORMS:
+            for name, word in FILLS.items():
+                got = output_bits(planned_call(inputs, form, word))
+                print(f"{form:11s} scratch {name:9s}: {describe(got, want)}", flush=True)
     elif mode == "repeat":
         call = planned_call(inputs, argv[2])
         outs = [output_bits(call) for _ in range(4)]

@@ -466,7 +466,7 @@ def main(argv=None):
                     help="gdn mode: chunked_smprep pre-pass thread counts to time, e.g. 128,256")
     ap.add_argument("--prep-solve", default="",
                     help="gdn mode: pre-pass forms to A/B in chunked_rec_pipe, SOLVE or "
-                         "SOLVE+WU (step 4 / step 5 forms), e.g. cols4,cols8,cols8+pair2")
+                         "SOLVE+WU (step 4 / step 5 forms), e.g. cols4,cols8,cols8+tile4")
     ap.add_argument("--variants", default="chunked_split,chunked_ws,chunked_pipe",
                     help="gdn mode: the variants checked byte for byte and timed")
     ap.add_argument("--clock-chunks", default="256:264",

@@ -9,7 +9,7 @@
 #                     default the state kernel; gdn_split_prep for the pre-pass),
 #                     summed per phase by bench/ncu_source_segments.py; NCU_VARIANT, default chunked_wsr),
 #           prep-forms (chunked_rec_pipe's pre-pass under each PREP_FORMS entry, SOLVE or SOLVE+WU,
-#                     byte-checked and timed interleaved; default cols8,cols8+pair2),
+#                     byte-checked and timed interleaved; default cols4,cols8),
 #           hb-sass (bench/hb_mismatch_probe.py: the hb spellings' bytes, then their PTX and cubin
 #                     under hb_cubin/ for a SASS diff with nvdisasm),
 #           ncu-attn (per-instruction Nsight Compute report of one attention split launch at 261888,
@@ -86,7 +86,7 @@ for stage in "$@"; do
           | tee "$out/ncu_attn_${v}_segments.txt" || rc=1 ;;
     prep-forms)
       python3 bench/profile_kernels.py gdn --T 65536 --variants chunked_rec_pipe \
-          --prep-solve "${PREP_FORMS:-cols8,cols8+pair2}" --rounds 5 --out "$out" \
+          --prep-solve "${PREP_FORMS:-cols4,cols8}" --rounds 5 --out "$out" \
           > "$out/prep_forms.log" 2>&1; rc=$?
       grep -E "^\{.*prep-solve" "$out/prep_forms.log" | cut -c1-160 ;;
     hb-sass)

@@ -1,6 +1,6 @@
 """Boundary cases for compute-sanitizer: every kernel of every variant, once each.
 
-Run under the sanitizer by ``bench/sanitize.sh`` (memcheck, racecheck, synccheck). The
+Run under the sanitizer by ``bench/sanitize.sh`` (memcheck, racecheck, synccheck; initcheck on request). The
 cases are small (sanitizers slow kernels down by orders of magnitude) except the 262144
 boundary, which runs only with ``--large``.
 

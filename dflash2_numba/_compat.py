@@ -121,6 +121,22 @@ def gpu_available() -> bool:
         return False
 
 
+def device_zeros(shape, dtype=np.float32, stream=0):
+    """A device array of zeros, set on the device (``cuMemsetD8``; no host copy): plan-time
+    scratch that a kernel may read before it writes (a float4 load that spans words it
+    never uses) then holds initialised bytes, so compute-sanitizer's initcheck stays quiet.
+    No result may depend on them: ``tests/test_gdn_scratch_fill.py`` refills the scratch
+    with NaN and other words and checks the bytes. On the simulator: a copied host array."""
+    if SIMULATOR:
+        return cuda.to_device(np.zeros(shape, dtype=dtype), stream=stream)
+    from numba.cuda.cudadrv.driver import device_memset
+
+    arr = cuda.device_array(shape, dtype=dtype, stream=stream)
+    if arr.nbytes:
+        device_memset(arr, 0, arr.nbytes, stream)
+    return arr
+
+
 def device_cc_at_least(cc) -> bool:
     """Whether the current device has compute capability ``cc`` or newer: the test that
     picks a variant's schedule for the device at plan time (the simulator runs the newest

@@ -54,9 +54,8 @@ def _scratch(variant, case, monkeypatch, threads=None, solve=None):
     # rows at a time): every row offset of a column's groups (L = 64, 36), a chunk with no
     # whole group (L = 5), fewer threads than columns
     (None, 32, 32, 69, "cols4"), (32, 64, 32, 100, "cols4"), (None, 32, 32, 69, "cols8"),
-    # step 5's balanced W / U units (row tiles p and nt - 1 - p x two columns): an even and
-    # an odd number of row tiles (L = 64, 5; 36, 64), a slab of k and v columns, one warp
-    (None, 32, 32, 69, "cols8+pair2"), (32, 64, 32, 100, "cols8+pair2")])
+    # a SOLVE+WU form name (step 5's only form, tile4), one warp
+    (32, 64, 32, 100, "cols8+tile4")])
 def test_scratch_matches_split_prep(monkeypatch, threads, K, V, T, solve):
     rng = np.random.default_rng(2000 + K + T)
     case = oracle.random_gdn_case(rng, B=1, T=T, H=1, HV=3, K=K, V=V, dtype=np.float16,

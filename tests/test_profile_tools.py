@@ -88,7 +88,7 @@ def test_rec_kernels_launched_one_at_a_time_rewrite_the_call(variant):
     _assert_results_are(call, ref)
 
 
-@pytest.mark.parametrize("form", ["cols4", "cols8+pair2"])
+@pytest.mark.parametrize("form", ["cols4", "cols8+tile4"])
 def test_prep_forms_swapped_into_a_planned_call_rewrite_its_bytes(form):
     """``--prep-solve``'s pre-pass forms, built and swapped into a planned chunked_rec_pipe
     call as bench/profile_kernels.py does (prep_form_kernel), on a scratch refilled with the

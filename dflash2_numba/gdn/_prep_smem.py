@@ -45,8 +45,6 @@ from ._split_prep import (store_gs_row, store_wu_tile, tri_decode, tri_solve_col
                           value_head_decay, wu_tile)
 from ._split_prep_io import i32, ldx, pfx1, st1, st4x, stx, view
 from ._tri_solve import tri_solve_cols8
-from ._wu_pair import XWS as _PAIR_XWS
-from ._wu_pair import wu_pair_slab
 
 if SIMULATOR:
     # (device functions of other modules: the simulator binds a kernel's barrier and
@@ -342,11 +340,10 @@ def wu_slab(Xs, Ts, sl, K, V, L, sv, o_w, o_u, tid, nthr):
         u += nthr
 
 
-#: Forms of step 5's W / U tiles: ``tile4`` (:func:`wu_slab`, the built one) and ``pair2``
-#: (:func:`._wu_pair.wu_pair_slab`: balanced units of two row tiles x two columns, for
-#: measurement); the same chains, so the same bits.
-WUS = {"tile4": wu_slab, "pair2": wu_pair_slab}
-assert _PAIR_XWS == XWS
+#: Forms of step 5's W / U tiles (each the same chains, so the same bits): ``tile4``
+#: (:func:`wu_slab`). The balanced ``pair2`` form (row tiles p and nt - 1 - p x two
+#: columns) measured slower on the H200 and was removed (bench/RESULTS.md, GDN eleventh round).
+WUS = {"tile4": wu_slab}
 
 
 def make_smem_prep_kernel(solve_name: str = SOLVE, wu_name: str = "tile4"):

@@ -82,7 +82,7 @@ import math
 import numpy as np
 
 from .. import _registry
-from .._compat import SIMULATOR, cuda
+from .._compat import SIMULATOR, cuda, device_zeros
 from ._common import (C, CP1, F32, MAXD, ONE, VB, ZERO, GdnPlan, default_max_ctas,
                       kernel_signatures, row_recip, scratch_floats)
 
@@ -269,8 +269,7 @@ def _grid(plan: GdnPlan) -> int:
 def prepare(plan: GdnPlan, stream) -> None:
     """Allocate the per-CTA scratch once, at plan time (launches then allocate nothing,
     so they can be captured in a CUDA graph)."""
-    plan.scratch = cuda.device_array((_grid(plan), scratch_floats(plan.K)), dtype=np.float32,
-                                     stream=stream)
+    plan.scratch = device_zeros((_grid(plan), scratch_floats(plan.K)), np.float32, stream)
 
 
 def run(plan: GdnPlan, stream) -> None:

@@ -36,7 +36,7 @@ import numpy as np
 from numba import types
 
 from .. import _registry
-from .._compat import SIMULATOR, cuda
+from .._compat import SIMULATOR, cuda, device_zeros
 from . import chunked_split as S
 from ._common import C, MAXD, GdnPlan
 from ._split_ops import N_MS, N_TS, N_XS, SHARED_ALIGN, VS
@@ -131,10 +131,7 @@ def prepare(plan: GdnPlan, stream) -> None:
         stream.synchronize()
     P, ngroups, pitems, poff = _schedule(nslots, seqs, plan.H, STAGES)
     F = S.slot_floats(plan.H, plan.HV, plan.K, plan.V)
-    if SIMULATOR:
-        scr = cuda.to_device(np.zeros(max(nslots, 1) * F, dtype=np.float32), stream=stream)
-    else:
-        scr = cuda.device_array(max(nslots, 1) * F, dtype=np.float32, stream=stream)
+    scr = device_zeros(max(nslots, 1) * F, np.float32, stream)
     threads = plan.threads or THREADS
     launches = []
     for s in range(ngroups + 1):
@@ -146,8 +143,7 @@ def prepare(plan: GdnPlan, stream) -> None:
     plan.scratch = SimpleNamespace(
         chunks=cuda.to_device(chunks, stream=stream), items=cuda.to_device(items, stream=stream),
         pitems=cuda.to_device(pitems, stream=stream), scr=scr, F=np.int32(F),
-        hbuf=cuda.device_array(max(1, items.shape[0]) * MAXD * VS, dtype=np.float32,
-                               stream=stream),
+        hbuf=device_zeros(max(1, items.shape[0]) * MAXD * VS, np.float32, stream),
         launches=launches, threads=threads, cols=w, chunks_per_group=P)
 
 

@@ -75,7 +75,7 @@ import numpy as np
 from numba import types
 
 from .. import _registry
-from .._compat import SIMULATOR, cuda, exact_fp32, jit_bounded
+from .._compat import SIMULATOR, cuda, device_zeros, exact_fp32, jit_bounded
 from ._common import C, MAXD, GdnPlan, default_max_ctas
 from ._split_ops import SW, VS
 from ._split_prep import gdn_split_prep_kernel
@@ -196,12 +196,10 @@ def prepare_scratch(plan: GdnPlan, stream, extra_per_slot: int = 0) -> SimpleNam
     F = slot_floats(plan.H, plan.HV, plan.K, plan.V)
     extra0 = max(nslots, 1) * F
     nfloats = extra0 + nslots * extra_per_slot
-    if SIMULATOR:
-        # (the simulator's uninitialised memory could hold anything; the partial 4-row
-        # tiles read rows past L that are never stored, so give them zeros there)
-        scr = cuda.to_device(np.zeros(nfloats, dtype=np.float32), stream=stream)
-    else:
-        scr = cuda.device_array(nfloats, dtype=np.float32, stream=stream)
+    # (zeros: the partial 4-row tiles read rows past L that are never stored, and the
+    # output kernels load P^T's never-written upper part in whole float4; neither reaches
+    # a result, see device_zeros)
+    scr = device_zeros(nfloats, np.float32, stream)
     return SimpleNamespace(
         chunks=cuda.to_device(chunks, stream=stream), items=cuda.to_device(items, stream=stream),
         scr=scr, F=np.int32(F), extra0=np.int64(extra0), nslots=nslots,
