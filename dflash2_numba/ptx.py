@@ -2,8 +2,12 @@
 variant to PTX for the given compute capability and assemble it with ptxas.
 
 One row per (kernel, signature): registers, spill bytes (stores + loads), stack
-frame, shared memory, and the number of FP64 instructions in the PTX. Exits
-non-zero when a kernel fails to compile or assemble, spills, or does FP64 work.
+frame, shared memory, the number of FP64 instructions in the PTX, and the number of
+64-bit shifts left by 31 (``shl.b64 ..., 31``: how NVVM narrows a halved 64-bit value,
+``I32(V // 2)`` or ``I32(V >> 1)``; ptxas 12.9 and 13.0 lowered the first of these wrongly
+in one kernel, bench/RESULTS.md, GDN eleventh round; spell such offsets in 32-bit
+arithmetic). Exits non-zero when a kernel fails to compile or assemble, spills, does FP64
+work or holds such a shift.
 
 Needs a CUDA 12 toolchain that can still target sm_70 (the ``cuda12`` extra:
 ``numba-cuda[cu12]`` brings libNVVM 12.9 and ptxas); no GPU is needed. Under the
@@ -26,6 +30,7 @@ FP64_RE = re.compile(r"^\s*(?:@%p\d+\s+)?[a-z]+(?:\.[a-z0-9]+)*\.f64\b", re.M)
 REG_RE = re.compile(r"Used (\d+) registers")
 SPILL_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 SMEM_RE = re.compile(r"(\d+) bytes smem")
+SHL31_RE = re.compile(r"^\s*(?:@%p\d+\s+)?shl\.b64\s+%rd\d+,\s*%rd\d+,\s*31;", re.M)
 
 
 @dataclass
@@ -40,11 +45,12 @@ class KernelReport:
     spill_load_bytes: Optional[int] = None
     shared_bytes: Optional[int] = None
     fp64_instructions: Optional[int] = None
+    shl64_by31: Optional[int] = None
     error: str = ""
 
     @property
     def ok(self) -> bool:
-        return (not self.error and self.fp64_instructions == 0
+        return (not self.error and self.fp64_instructions == 0 and not self.shl64_by31
                 and self.spill_store_bytes == 0 and self.spill_load_bytes == 0)
 
 
@@ -77,6 +83,11 @@ def find_ptxas() -> Optional[str]:
 
 def count_fp64(ptx: str) -> int:
     return len(FP64_RE.findall(ptx))
+
+
+def count_shl64_by31(ptx: str) -> int:
+    """64-bit shifts left by 31 in ``ptx`` (how NVVM forms ``I32(x // 2)`` of a 64-bit x)."""
+    return len(SHL31_RE.findall(ptx))
 
 
 def assemble(ptxas: str, ptx: str, cc) -> dict:
@@ -150,6 +161,7 @@ def build_reports(cc=(7, 0), family: Optional[str] = None, variant: Optional[str
                 ptx, _ = compile_ptx_cc(spec.pyfunc, sig, cc=cc,
                                         launch_bounds=getattr(spec, "launch_bounds", None))
                 r.fp64_instructions = count_fp64(ptx)
+                r.shl64_by31 = count_shl64_by31(ptx)
                 if dump:
                     os.makedirs(dump, exist_ok=True)
                     name = f"{vname}.{spec.name}.{i}.sm{cc[0]}{cc[1]}.ptx"
@@ -171,7 +183,8 @@ def format_table(reports: List[KernelReport]) -> str:
     lines = [head, "-" * len(head)]
     for r in reports:
         spill = (r.spill_store_bytes or 0) + (r.spill_load_bytes or 0)
-        status = "ok" if r.ok else (r.error or ("FP64" if r.fp64_instructions else "SPILLS"))
+        status = "ok" if r.ok else (r.error or ("FP64" if r.fp64_instructions else
+                                                ("SHL64_BY31" if r.shl64_by31 else "SPILLS")))
         fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
         lines.append(f"{r.family + '/' + r.variant:<22} {r.kernel:<34} {fmt(r.registers):>4} "
                      f"{spill if r.registers is not None else '-':>5} {fmt(r.stack_bytes):>5} "

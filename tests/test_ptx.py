@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from dflash2_numba.ptx import count_fp64, find_ptxas
+from dflash2_numba.ptx import count_fp64, count_shl64_by31, find_ptxas
 
 pytestmark = pytest.mark.skipif(find_ptxas() is None, reason="needs the cuda12 extra's ptxas")
 
@@ -29,6 +29,7 @@ def test_report_exits_zero_and_covers_every_kernel(tmp_path):
     assert {"gdn_chunked_fwd", "gdn_serial_fwd"} <= kernels
     for r in rows:
         assert r["ok"] and r["fp64_instructions"] == 0 and r["registers"] > 0
+        assert r["shl64_by31"] == 0
         assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0
 
 
@@ -73,3 +74,11 @@ def test_report_of_one_variant_dumps_its_ptx(tmp_path):
     assert len(files) == len(rows)
     assert all(f.startswith("serial.") and f.endswith(".sm70.ptx") for f in files)
     assert all(".target sm_70" in (dump / f).read_text() for f in files)
+
+
+def test_count_shl64_by31_on_text():
+    """The PTX shape of ``I32(V // 2)`` for a 64-bit V, which ptxas 12.9 and 13.0 lowered
+    wrongly in gdn_chunk_out_pipe (bench/RESULTS.md, GDN eleventh round)."""
+    assert count_shl64_by31("\tshl.b64 \t%rd278, %rd177, 31;\n\tand.b64 %rd76, %rd278, -4294967296;\n") == 1
+    assert count_shl64_by31("\t@%p3 shl.b64 %rd1, %rd2, 31;\n") == 1
+    assert count_shl64_by31("\tshl.b64 \t%rd1, %rd2, 32;\n\tshl.b32 %r1, %r2, 31;\n") == 0
