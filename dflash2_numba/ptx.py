@@ -5,8 +5,9 @@ One row per (kernel, signature): registers, spill bytes (stores + loads), stack
 frame, shared memory, the number of FP64 instructions in the PTX, and the number of
 64-bit shifts left by 31 (``shl.b64 ..., 31``: how NVVM narrows a halved 64-bit value,
 e.g. from ``I32(V // 2)``; ptxas 12.9 and 13.0 lowered it wrongly in two builds of one
-kernel, bench/RESULTS.md, GDN eleventh round; spell such offsets in 32-bit arithmetic). Exits non-zero when a kernel fails to compile or assemble, spills, does FP64
-work or holds such a shift.
+kernel, bench/RESULTS.md, GDN eleventh round; spell such offsets in 32-bit arithmetic).
+Exits non-zero when a kernel fails to compile or assemble, spills, does FP64 work or holds
+such a shift.
 
 Needs a CUDA 12 toolchain that can still target sm_70 (the ``cuda12`` extra:
 ``numba-cuda[cu12]`` brings libNVVM 12.9 and ptxas); no GPU is needed. Under the

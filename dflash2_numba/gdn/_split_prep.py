@@ -387,60 +387,50 @@ def tail4(Ts, rm, i, a0, a1, a2, a3):
     return a0, a1, a2, a3
 
 
-def make_wu_tile(ldw, fmaw):
-    """The W / U tile function of width ``w`` (``ldw``: a ``w``-wide shared load, ``fmaw``:
-    ``w`` independent fma steps, :mod:`._split_ops`): rows ``i0 .. i0+3``, slab columns
-    ``c .. c+w-1`` (slab ``Xs`` with row stride ``xs``; T^T in ``Ts``): entry (i, c) is
-    ``X_ic`` then ``fma(T_ij, X_jc, .)`` for j = 0 .. i-1 ascending (chunked's chain).
-    The tile function returns the four rows."""
-
-    @_dev
-    def wu_step(Xs, Ts, px, pt, w0, w1, w2, w3):
-        """One j step: row piece j of the slab (``Xs[px ..]``) times T^T's piece
-        ``T_{i0 .. i0+3, j}`` (``Ts[pt ..]``), one fma per entry."""
-        x = ldw(Xs, px)
-        tc = ld4(Ts, pt)
-        return (fmaw(tc[0], x, w0), fmaw(tc[1], x, w1), fmaw(tc[2], x, w2),
-                fmaw(tc[3], x, w3))
-
-    @_dev
-    def wu_tile(Xs, xs, Ts, i0, c):
-        px = i0 * xs + c
-        w0 = ldw(Xs, px)
-        w1 = ldw(Xs, px + xs)
-        w2 = ldw(Xs, px + 2 * xs)
-        w3 = ldw(Xs, px + 3 * xs)
-        px = c
-        pt = i0
-        j = 0
-        while j < i0:                    # i0 is a multiple of 4: 4 steps a trip
-            w0, w1, w2, w3 = wu_step(Xs, Ts, px, pt, w0, w1, w2, w3)
-            w0, w1, w2, w3 = wu_step(Xs, Ts, px + xs, pt + TS, w0, w1, w2, w3)
-            w0, w1, w2, w3 = wu_step(Xs, Ts, px + 2 * xs, pt + 2 * TS, w0, w1, w2, w3)
-            w0, w1, w2, w3 = wu_step(Xs, Ts, px + 3 * xs, pt + 3 * TS, w0, w1, w2, w3)
-            px += 4 * xs
-            pt += 4 * TS
-            j += 4
-        # the triangular tail: row i0 + r takes j < i0 + r
-        x = ldw(Xs, px)
-        tc = ld4(Ts, pt)
-        w1 = fmaw(tc[1], x, w1)
-        w2 = fmaw(tc[2], x, w2)
-        w3 = fmaw(tc[3], x, w3)
-        x = ldw(Xs, px + xs)
-        tc = ld4(Ts, pt + TS)
-        w2 = fmaw(tc[2], x, w2)
-        w3 = fmaw(tc[3], x, w3)
-        x = ldw(Xs, px + 2 * xs)
-        tc = ld4(Ts, pt + 2 * TS)
-        w3 = fmaw(tc[3], x, w3)
-        return w0, w1, w2, w3
-
-    return wu_tile
+@_dev
+def wu_step(Xs, Ts, px, pt, w0, w1, w2, w3):
+    """One j step of a W / U tile: row piece j of the slab (``Xs[px ..]``) times T^T's
+    piece ``T_{i0 .. i0+3, j}`` (``Ts[pt ..]``), one fma per entry."""
+    x = ld4(Xs, px)
+    tc = ld4(Ts, pt)
+    return (fma4(tc[0], x, w0), fma4(tc[1], x, w1), fma4(tc[2], x, w2), fma4(tc[3], x, w3))
 
 
-#: The 4 x 4 W / U tile (:func:`make_wu_tile` of width 4): ``wu_tile(Xs, xs, Ts, i0, c4)``.
-wu_tile = make_wu_tile(ld4, fma4)
+@_dev
+def wu_tile(Xs, xs, Ts, i0, c4):
+    """The 4 x 4 W / U tile at rows ``i0 .. i0+3``, slab columns ``c4 .. c4+3`` (slab ``Xs``
+    with row stride ``xs``; T^T in ``Ts``): entry (i, c) is ``X_ic`` then ``fma(T_ij, X_jc,
+    .)`` for j = 0 .. i-1 ascending (chunked's chain). Returns the four rows."""
+    px = i0 * xs + c4
+    w0 = ld4(Xs, px)
+    w1 = ld4(Xs, px + xs)
+    w2 = ld4(Xs, px + 2 * xs)
+    w3 = ld4(Xs, px + 3 * xs)
+    px = c4
+    pt = i0
+    j = 0
+    while j < i0:                    # i0 is a multiple of 4: 4 steps a trip
+        w0, w1, w2, w3 = wu_step(Xs, Ts, px, pt, w0, w1, w2, w3)
+        w0, w1, w2, w3 = wu_step(Xs, Ts, px + xs, pt + TS, w0, w1, w2, w3)
+        w0, w1, w2, w3 = wu_step(Xs, Ts, px + 2 * xs, pt + 2 * TS, w0, w1, w2, w3)
+        w0, w1, w2, w3 = wu_step(Xs, Ts, px + 3 * xs, pt + 3 * TS, w0, w1, w2, w3)
+        px += 4 * xs
+        pt += 4 * TS
+        j += 4
+    # the triangular tail: row i0 + r takes j < i0 + r
+    x = ld4(Xs, px)
+    tc = ld4(Ts, pt)
+    w1 = fma4(tc[1], x, w1)
+    w2 = fma4(tc[2], x, w2)
+    w3 = fma4(tc[3], x, w3)
+    x = ld4(Xs, px + xs)
+    tc = ld4(Ts, pt + TS)
+    w2 = fma4(tc[2], x, w2)
+    w3 = fma4(tc[3], x, w3)
+    x = ld4(Xs, px + 2 * xs)
+    tc = ld4(Ts, pt + 2 * TS)
+    w3 = fma4(tc[3], x, w3)
+    return w0, w1, w2, w3
 
 
 @_dev
