@@ -8,7 +8,7 @@ its linker). Then its machine code is swapped, one experiment at a time, for a c
 the call is run again and compared byte for byte with ``chunked``:
 
   PTX from this machine's NVVM (CUDA 13) or from another machine's (``--ptx-dir``: files
-  ``gdn_chunk_out_pipe.FORM.ptx``, e.g. NVVM 12.9 from ``hb_mismatch_probe.py cubin DIR``
+  ``gdn_chunk_out_pipe.FORM[.smXY].ptx``, e.g. NVVM 12.9 from ``hb_mismatch_probe.py cubin DIR``
   run without a GPU), assembled by this machine's ``ptxas`` or another one
   (``--ptxas-alt``: e.g. the 12.9 ``ptxas`` of the ``cuda12`` extra), at -O3 .. -O0.
 
@@ -111,8 +111,11 @@ def main(argv=None) -> int:
             older = re.sub(r"^\.version \S+", f".version {args.alt_isa}", dev_ptx, flags=re.M)
             plans.append((f"this NVVM (.version {args.alt_isa}) + alt ptxas -O3", older,
                           args.ptxas_alt, 3))
-        other = Path(args.ptx_dir or "-", f"gdn_chunk_out_pipe.{form}.ptx")
-        if args.ptx_dir and other.exists():
+        # (hb_mismatch_probe.py cubin names its files gdn_chunk_out_pipe.FORM.smXY.ptx)
+        found = sorted(Path(args.ptx_dir).glob(f"gdn_chunk_out_pipe.{form}.*ptx")) \
+            if args.ptx_dir else []
+        other = next((f for f in found if f.name.split(".")[1] == form), None)
+        if other is not None:
             plans.append(("other NVVM + this ptxas -O3", other.read_text(), here_ptxas, 3))
             if args.ptxas_alt:
                 plans.append(("other NVVM + alt ptxas -O3", other.read_text(), args.ptxas_alt, 3))
