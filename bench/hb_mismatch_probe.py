@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """The H200-only byte mismatch of ``gdn_chunk_out_pipe`` (GDN eighth round): the kernel with
-its half-row offset ``hb`` spelt four ways, each checked byte for byte against ``chunked``.
+its half-row offset ``hb`` spelt five ways, each checked byte for byte against ``chunked``.
 
 ``hb`` is V / 2 (64 at V = 128) in every spelling; the shipped kernel writes
-``I32(4 * ncg)`` (``ncg = V // 8``). On the H200 (numba-cuda 0.30.4, CUDA 13) the spelling
-``I32(V // 2)`` (a 64-bit floor division, then the cast) gives wrong columns V/2 .. V-1 in
+``I32(I32(V) >> I32(1))`` (since 2026-12-03: narrowed to 32 bits before the shift; before,
+``I32(4 * ncg)`` with ``ncg = V // 8``, kept here as form ``ncg4``). The form ``shift``,
+``I32(V >> 1)``, gave chunked's bytes on the H200 but its PTX from NVVM 12.9 holds a 64-bit
+shift left by 31, the idiom the PTX report rejects. On the H200 (numba-cuda 0.30.4, CUDA 13)
+the spelling ``I32(V // 2)`` (a 64-bit floor division, then the cast) gives wrong columns V/2 .. V-1 in
 part of the output; the simulator and the other spellings give chunked's bytes.
 
 Modes (per-rank shape, B = 1, H = 4, HV = 12, K = V = 128, FP16; ``T`` tokens):
@@ -45,9 +48,10 @@ from numba import cuda  # noqa: E402
 from _source_edit import edited_function  # noqa: E402
 from profile_kernels import gdn_inputs, host  # noqa: E402
 
-SHIPPED = "hb = I32(4 * ncg)"
+SHIPPED = "hb = I32(I32(V) >> I32(1))"
 FORMS = {"shipped": None, "floordiv64": "hb = I32(V // 2)",
-         "floordiv32": "hb = I32(V) // I32(2)", "shift": "hb = I32(V >> 1)"}
+         "floordiv32": "hb = I32(V) // I32(2)", "ncg4": "hb = I32(4 * ncg)",
+         "shift": "hb = I32(V >> 1)"}
 
 
 def _block(src: str, first: str, last: str) -> str:

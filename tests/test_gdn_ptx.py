@@ -74,7 +74,10 @@ def test_gdn_kernels_compile_for_sm70():
         assert "error" not in r, r
         assert r["fp64"] == 0, r
         assert r["local"] == 0, r
-        assert r["fma"] > 0, r
+        if r["kernel"] in ("gdn_state_gather", "gdn_state_scatter"):
+            assert r["fma"] == 0, r              # chunked_overlap's state copies: no arithmetic
+        else:
+            assert r["fma"] > 0, r
         if r["kernel"] == "gdn_wsr_state":
             # separate copy / compute loops: only the barrier threads may reach at different
             # instructions (the aligned bar.sync is undefined there; synccheck flags it)

@@ -288,6 +288,9 @@ ROUTES = {"chunked_split": ({"gdn_split_prep": 1, "gdn_split_state": 1}, {"gdn_s
                           {"gdn_rec_state": 1}),
           "chunked_rec_pipe": ({"gdn_smem_prep": 1, "gdn_rec_state": 1,
                                 "gdn_chunk_out_pipe": 1}, {"gdn_rec_state": 1}),
+          "chunked_overlap": ({"gdn_state_gather": 1, "gdn_smem_prep": 1, "gdn_rec_state": 1,
+                               "gdn_chunk_out_pipe": 1, "gdn_state_scatter": 1},
+                              {"gdn_state_gather": 1, "gdn_state_scatter": 1}),
           # one chunk per group on the simulator: groups 0 .. 1, launches 0 .. 2 (the first
           # pre-pass only, the last state only); empty sequences: one state launch
           "chunked_pipe": ({"gdn_split_pipe": 2}, {"gdn_split_pipe": 1})}

@@ -154,7 +154,7 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
     ncg = V // 8                                       # column groups
     rg = tid // ncg                                    # (a warp's lanes: two row groups)
     c8 = 4 * (tid - rg * ncg)                          # columns c8 .. + 3, hb + c8 .. + 3
-    hb = I32(4 * ncg)                                  # V / 2
+    hb = I32(I32(V) >> I32(1))                         # V / 2 (narrowed first: no 64-bit shift)
     i0 = I32(4 * rg)
     V32 = I32(V)
     sb = SB if V >= 128 else SB // 2                   # rows a slab (slab_rows)

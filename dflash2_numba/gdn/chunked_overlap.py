@@ -1,0 +1,251 @@
+"""GDN prefill, ``chunked`` family, optimised variant ``chunked_overlap``: bit-identical to
+the frozen :mod:`dflash2_numba.gdn.chunked` kernel (output and final state, every input).
+
+:mod:`.chunked_rec_pipe`'s three kernels, unchanged, run over segments of the chunk slots
+so that the parallel kernels overlap the sequential one. The slots are cut into ``S``
+contiguous segments; segment ``s``'s pre-pass runs on a low-priority stream, its
+recurrence on a high-priority stream after its own pre-pass (and after segment ``s - 1``'s
+recurrence), its output on a third stream after its recurrence. So while the recurrence
+of segment ``s`` runs (one CTA an SM, about a quarter of the SM's FMA rate used: its pace
+is set by shared-memory wavefronts), the pre-pass of later segments runs beside it on the
+same SMs, and the output of earlier ones wherever there is room.
+
+Why the bits are chunked's: every chunk's pre-pass, recurrence step and output run the
+same kernels, with the same chains, on the same scratch slot as in chunked_rec_pipe; a
+segment's pre-pass and output see a view of the chunk table and scratch that starts at the
+segment's first slot (each CTA addresses its slot relative to the view, the chunk-start
+states relative to an offset moved by the same amount). A sequence cut by a segment
+boundary continues from an exact FP32 copy of its state: the recurrence launch of the
+segment before writes its last state to a row of the variant's own state array (as the
+final state it writes to ``hT`` when not cut), the next one reads it back as its initial
+state (as from ``h0``). The caller's initial states are copied into that array before the
+first launch and the final states out of it after the last (:mod:`._state_rows`, exact
+copies; a sequence with no tokens passes its initial state, or zeros, through, as the
+recurrence kernel does).
+
+Co-residence (the point of the variant) needs the recurrence CTA (256 threads, about 182
+registers, 81 KB of shared memory at K = 128) and a pre-pass CTA on one SM: the pre-pass
+runs 128 threads a CTA (16 K registers; 87.8 KB of shared memory), and all three kernels
+ask for the largest shared-memory carveout (an SM's split of L1 and shared memory is fixed
+while CTAs run on it; with the driver's default the recurrence's SMs keep too little shared
+memory for a pre-pass CTA). These are the variant's own compiled kernels, so the carveout
+does not change chunked_rec_pipe's launches. On sm_70 (96 KB of shared memory an SM) no
+pre-pass CTA fits beside the recurrence: the variant runs there, without the overlap.
+
+Knobs (plan time): ``DFLASH2_GDN_SEGMENTS`` (segments, default 8, at most the number of
+slots), ``DFLASH2_GDN_OVERLAP_PREP_THREADS`` (pre-pass threads a CTA, default 128),
+``DFLASH2_GDN_OVERLAP_CARVEOUT`` (percent, default 100; ``none`` leaves the driver's
+choice), and chunked_rec's.
+"""
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import numpy as np
+
+from .. import _registry
+from .._compat import SIMULATOR, cuda, device_zeros, jit_bounded
+from .._dynshared import DynShared
+from .._streams import order_event, priority_stream
+from . import chunked_rec as RC
+from . import chunked_rec_pipe as RP
+from . import chunked_smprep as SP
+from ._chunk_output import gdn_chunk_out_kernel, out_floats
+from ._chunk_output_pipe import gdn_chunk_out_pipe_kernel, pipe_floats
+from ._common import C, GdnPlan
+from ._prep_smem import gdn_smem_prep_kernel, smem_floats
+from ._split_state_rec import gdn_rec_state_kernel, rec_floats
+from ._state_rows import (COPY_THREADS, GATHER_SIGNATURES, SCATTER_SIGNATURES, copy_blocks,
+                          gdn_state_gather_kernel, gdn_state_scatter_kernel)
+
+GATHER_NAME = "gdn_state_gather"
+SCATTER_NAME = "gdn_state_scatter"
+DEFAULT_SEGMENTS = 8
+DEFAULT_PREP_THREADS = 128
+DEFAULT_CARVEOUT = "100"
+
+# the variant's own compiled kernels (their carveout attribute is theirs alone)
+_prep = jit_bounded(gdn_smem_prep_kernel, SP.PREP_LAUNCH_BOUNDS)
+_state = jit_bounded(gdn_rec_state_kernel, RC.STATE_LAUNCH_BOUNDS)
+_out_pipe = jit_bounded(gdn_chunk_out_pipe_kernel, RP.OUT_LAUNCH_BOUNDS)
+_out_plain = jit_bounded(gdn_chunk_out_kernel, RC.OUT_LAUNCH_BOUNDS)
+_gather = cuda.jit(gdn_state_gather_kernel)
+_scatter = cuda.jit(gdn_state_scatter_kernel)
+
+
+def knobs():
+    """``(segments, pre-pass threads, carveout percent or None)`` from the environment."""
+    nseg = int(os.environ.get("DFLASH2_GDN_SEGMENTS", "") or DEFAULT_SEGMENTS)
+    if SIMULATOR:
+        threads = SP.prep_threads()
+    else:
+        threads = int(os.environ.get("DFLASH2_GDN_OVERLAP_PREP_THREADS", "")
+                      or DEFAULT_PREP_THREADS)
+        threads = max(32, min(SP.MAX_PREP_THREADS, (threads // 32) * 32))
+    raw = os.environ.get("DFLASH2_GDN_OVERLAP_CARVEOUT", "") or DEFAULT_CARVEOUT
+    carve = None if raw.lower() == "none" else max(0, min(100, int(raw)))
+    return max(1, nseg), threads, carve
+
+
+def segment_tables(seqs: np.ndarray, nseg: int, HV: int, V: int, w: int):
+    """The segments of the slot list for sequences ``seqs`` (host ``[N, 3]``: batch row,
+    first token, length), as chunked_split numbers the slots (each sequence's chunks in
+    order, sequences in order). Returns ``(bounds, segs, src_row, n_rows)``:
+
+    * ``bounds``: slot boundaries, ``S + 1`` increasing integers from 0 to the slot count;
+    * ``segs[s]``: ``(sub, row_in, row_out, items)`` for segment ``s``: one row per part of
+      a sequence inside the segment (``sub``: batch row, first token, length), the state
+      rows it starts from and ends in, and its recurrence work items (part, value head,
+      first column, columns, first slot), longest parts first;
+    * ``src_row[n]``: the row holding sequence ``n``'s final state (its initial state's row
+      when it has no tokens);
+    * ``n_rows``: rows of the state array. Row ``n`` holds sequence n's initial state, row
+      ``N + n`` its final state, row ``2 N + b - 1`` the state at boundary ``b``
+      (``1 <= b < S``) of the sequence that boundary cuts."""
+    seqs = np.asarray(seqs, dtype=np.int64).reshape(-1, 3)
+    N = seqs.shape[0]
+    nch = (seqs[:, 2] + C - 1) // C
+    slot0 = np.concatenate([[0], np.cumsum(nch)[:-1]]) if N else np.zeros(0, np.int64)
+    nslots = int(nch.sum())
+    S = max(1, min(nseg, nslots))
+    bounds = [int(round(b * nslots / S)) for b in range(S + 1)]
+    segs = []
+    for s in range(S):
+        a, b = bounds[s], bounds[s + 1]
+        sub, rin, rout, lo_slot = [], [], [], []
+        for n in range(N):
+            f0, f1 = int(slot0[n]), int(slot0[n] + nch[n])
+            lo, hi = max(a, f0), min(b, f1)
+            if lo >= hi:
+                continue
+            t_lo = (lo - f0) * C
+            t_hi = min(int(seqs[n, 2]), (hi - f0) * C)
+            sub.append((int(seqs[n, 0]), int(seqs[n, 1]) + t_lo, t_hi - t_lo))
+            rin.append(n if lo == f0 else 2 * N + s - 1)
+            rout.append(N + n if hi == f1 else 2 * N + s)
+            lo_slot.append(lo)
+        order = sorted(range(len(sub)), key=lambda j: -sub[j][2])
+        items = [(j, hv, c0, min(w, V - c0), lo_slot[j])
+                 for j in order for hv in range(HV) for c0 in range(0, V, w)]
+        segs.append((np.array(sub, dtype=np.int32).reshape(-1, 3),
+                     np.array(rin, dtype=np.int32), np.array(rout, dtype=np.int32),
+                     np.array(items, dtype=np.int32).reshape(-1, 5)))
+    src_row = np.array([N + n if nch[n] > 0 else n for n in range(N)], dtype=np.int32)
+    return bounds, segs, src_row, 2 * N + max(S - 1, 0)
+
+
+def supports(plan: GdnPlan) -> None:
+    RP.supports(plan)
+
+
+def prepare(plan: GdnPlan, stream) -> None:
+    """Plan time: chunked_rec_pipe's plan (scratch, tables, chunk-start states), then this
+    variant's kernels (own compiled copies with the carveout), segment tables, state rows,
+    streams and events (launches allocate nothing: CUDA-graph capturable)."""
+    RP.prepare(plan, stream)
+    s = plan.scratch
+    nseg, pthreads, carve = knobs()
+    K, V, HV, H = plan.K, plan.V, plan.HV, plan.H
+    s.prep_kernel = DynShared(_prep, 4 * smem_floats(K), carve)
+    s.prep_threads = pthreads
+    s.rec.state = DynShared(_state, 4 * rec_floats(K), carve)
+    if s.rec.out_name == RP.OUT_NAME:
+        s.rec.out = DynShared(_out_pipe, 4 * pipe_floats(K, V), carve)
+    else:
+        s.rec.out = DynShared(_out_plain, 4 * out_floats(K, V), carve)
+    seqs = plan.seqs.copy_to_host(stream=stream)
+    if stream != 0:
+        stream.synchronize()
+    bounds, segs, src_row, n_rows = segment_tables(seqs, nseg, HV, V, s.cols)
+    F = int(s.F)
+    kv = HV * K * V
+    dev = lambda a: cuda.to_device(a, stream=stream)            # noqa: E731
+    launches = []
+    for si, (sub, rin, rout, items) in enumerate(segs):
+        a, b = bounds[si], bounds[si + 1]
+        launches.append(SimpleNamespace(
+            nslots=b - a, chunks=s.chunks[a:b], scr=s.scr[a * F:],
+            snap0=np.int64(int(s.rec.snap0) + a * kv - a * F),
+            seqs=dev(sub) if len(sub) else None, row_in=dev(rin) if len(rin) else None,
+            row_out=dev(rout) if len(rout) else None,
+            items=dev(items) if len(items) else None, n_items=int(items.shape[0])))
+    s.seg = SimpleNamespace(
+        launches=launches, rows=device_zeros((max(n_rows, 1), HV, K, V), np.float32, stream),
+        src_row=dev(src_row), n_rows=n_rows,
+        s_prep=priority_stream(False), s_rec=priority_stream(True), s_out=priority_stream(False),
+        fork=order_event(), ev_prep=[order_event() for _ in launches],
+        ev_rec=[order_event() for _ in launches], joins=[order_event() for _ in range(3)],
+        nseg=len(launches), carveout=carve)
+    plan.scratch = s
+
+
+def _launch_segment(plan: GdnPlan, g, seg, si: int) -> None:
+    """Segment ``si``: pre-pass (low-priority stream), recurrence after it (high priority),
+    output after that (low priority)."""
+    s = plan.scratch
+    r = s.rec
+    if seg.nslots:
+        _registry.launch(s.prep_name, s.prep_kernel, seg.nslots * plan.H, s.prep_threads,
+                         g.s_prep, plan.q, plan.k, plan.v, plan.g, plan.beta, seg.chunks,
+                         seg.scr, s.F, plan.scale, plan.use_l2)
+    g.ev_prep[si].record(g.s_prep)
+    g.ev_prep[si].wait(g.s_rec)
+    if seg.n_items:
+        _registry.launch(RC.STATE_NAME, r.state, seg.n_items, r.threads, g.s_rec,
+                         plan.o, g.rows, seg.row_in, g.rows, seg.row_out, seg.seqs, seg.items,
+                         s.scr, s.F, np.int32(plan.H), np.int32(plan.K), r.snap0, r.ncomp,
+                         r.n1, r.nq)
+    g.ev_rec[si].record(g.s_rec)
+    g.ev_rec[si].wait(g.s_out)
+    if seg.nslots:
+        _registry.launch(r.out_name, r.out, seg.nslots * plan.HV, r.out_threads, g.s_out,
+                         plan.o, seg.scr, seg.chunks, s.F, np.int32(plan.H), np.int32(plan.K),
+                         seg.snap0)
+
+
+def run(plan: GdnPlan, stream) -> None:
+    """Fork from ``stream`` onto the variant's three streams, the state rows in, every
+    segment, the final states out, and join back onto ``stream``."""
+    if plan.n_items == 0:
+        return
+    if plan.scratch is None or not hasattr(plan.scratch, "seg"):
+        prepare(plan, stream)
+    g = plan.scratch.seg
+    g.fork.record(stream)
+    for st in (g.s_prep, g.s_rec, g.s_out):
+        g.fork.wait(st)
+    nb = copy_blocks(plan.N, plan.HV, plan.K, plan.V)
+    _registry.launch(GATHER_NAME, _gather, nb, COPY_THREADS, g.s_rec, plan.h0, plan.h0_idx,
+                     g.rows)
+    for si, seg in enumerate(g.launches):
+        _launch_segment(plan, g, seg, si)
+    _registry.launch(SCATTER_NAME, _scatter, nb, COPY_THREADS, g.s_rec, g.rows, g.src_row,
+                     plan.hT, plan.hT_idx)
+    for ev, st in zip(g.joins, (g.s_prep, g.s_rec, g.s_out)):
+        ev.record(st)
+        ev.wait(stream)
+
+
+VARIANT = _registry.register(_registry.Variant(
+    name="chunked_overlap",
+    family="gdn",
+    description="chunked_rec_pipe's kernels over segments of the chunk slots on three "
+                "streams: the pre-pass of later segments and the output of earlier ones run "
+                "beside the recurrence (exact state copies across segment boundaries)",
+    contract="B (GDN prefill), chunked family: bit-identical to chunked",
+    kernels=(SP.PREP.spec(),
+             _registry.KernelSpec(RC.STATE_NAME, gdn_rec_state_kernel, RC._state_signatures(),
+                                  launch_bounds=RC.STATE_LAUNCH_BOUNDS),
+             _registry.KernelSpec(RP.OUT_NAME, gdn_chunk_out_pipe_kernel, RC._out_signatures(),
+                                  launch_bounds=RP.OUT_LAUNCH_BOUNDS, min_cc=RP.PIPE_MIN_CC),
+             _registry.KernelSpec(RC.OUT_NAME, gdn_chunk_out_kernel, RC._out_signatures(),
+                                  launch_bounds=RC.OUT_LAUNCH_BOUNDS,
+                                  max_cc=(RP.PIPE_MIN_CC[0] - 1, 99)),
+             _registry.KernelSpec(GATHER_NAME, gdn_state_gather_kernel, GATHER_SIGNATURES),
+             _registry.KernelSpec(SCATTER_NAME, gdn_state_scatter_kernel, SCATTER_SIGNATURES)),
+    run=run,
+    supports=supports,
+    bitwise_reference="chunked",
+    prepare=prepare,
+))
