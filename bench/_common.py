@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import gc
 import importlib
+import inspect
 import json
 import math
 import os
@@ -161,6 +163,35 @@ def run_meta(smoke: bool, timing_method: str) -> Dict[str, object]:
     meta.update(git_commit())
     meta.update(device_info())
     return meta
+
+
+# --------------------------------------------------------------------------- graphs
+
+def _graph_kwargs(torch):
+    try:
+        params = inspect.signature(torch.cuda.graph).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"capture_error_mode": "thread_local"} if "capture_error_mode" in params else {}
+
+
+def capture_graph(torch, launch_fn):
+    """Capture ``launch_fn(numba_stream)`` into a torch CUDA graph. Numba frees are deferred
+    and Python's GC is off while capturing, so no cuMemFree lands in the capture."""
+    g = torch.cuda.CUDAGraph()
+    gc.collect()
+    defer = getattr(cuda, "defer_cleanup", None)
+    was = gc.isenabled()
+    with (defer() if defer is not None else contextlib.nullcontext()):
+        gc.disable()
+        try:
+            with torch.cuda.graph(g, **_graph_kwargs(torch)):
+                launch_fn(numba_stream_of_torch(torch))
+        finally:
+            if was:
+                gc.enable()
+    torch.cuda.synchronize()
+    return g
 
 
 # --------------------------------------------------------------------------- streams and clocks

@@ -36,7 +36,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import contextlib  # noqa: E402
 import gc  # noqa: E402
 import inspect  # noqa: E402
 import time  # noqa: E402
@@ -148,35 +147,6 @@ def to_host(x):
     if hasattr(x, "copy_to_host"):
         return x.copy_to_host()
     return np.asarray(x)
-
-
-# --------------------------------------------------------------------------- graphs
-
-def _graph_kwargs(torch):
-    try:
-        params = inspect.signature(torch.cuda.graph).parameters
-    except (TypeError, ValueError):
-        return {}
-    return {"capture_error_mode": "thread_local"} if "capture_error_mode" in params else {}
-
-
-def capture_graph(torch, launch_fn):
-    """Capture ``launch_fn(numba_stream)`` into a torch CUDA graph. Numba frees are deferred
-    and Python's GC is off while capturing, so no cuMemFree lands in the capture."""
-    g = torch.cuda.CUDAGraph()
-    gc.collect()
-    defer = getattr(cuda, "defer_cleanup", None)
-    was = gc.isenabled()
-    with (defer() if defer is not None else contextlib.nullcontext()):
-        gc.disable()
-        try:
-            with torch.cuda.graph(g, **_graph_kwargs(torch)):
-                launch_fn(C.numba_stream_of_torch(torch))
-        finally:
-            if was:
-                gc.enable()
-    torch.cuda.synchronize()
-    return g
 
 
 # --------------------------------------------------------------------------- peers
@@ -438,7 +408,7 @@ def main(argv=None) -> int:
                 labels[f"{v}/eager"] = (v, "variant", "eager", reps)
             if use_graphs:
                 try:
-                    g = capture_graph(torch, lambda s, eager=eager: eager(s))
+                    g = C.capture_graph(torch, lambda s, eager=eager: eager(s))
                     graphs.append((g, plans))   # the plans own what the graph reads
                     ok = check_graph(torch, layers, eager, g)
                     graph_checks.append({"context": T, "variant": v, "graph_output_equals_eager": ok})
@@ -498,7 +468,7 @@ def main(argv=None) -> int:
                             f()
                 mode = "eager"
                 try:
-                    g = capture_graph(torch, lambda s, run_inf=run_inf: run_inf())
+                    g = C.capture_graph(torch, lambda s, run_inf=run_inf: run_inf())
                     graphs.append((g, fns))     # the peers' closures own the page lists it reads
                     g.replay()
                     est_g = clock.time_ms(g.replay, 1)

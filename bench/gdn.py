@@ -173,6 +173,7 @@ def variant_caller(prefill, inputs, variant, stream, holder, out_dtype=None):
             call.launch(stream)
 
         holder["get"] = call.results
+        holder["launch"] = call.launch          # (launch(stream): a CUDA-graph capture)
         return fn, sorted(kw), "plan_gdn(...).launch (kernels only)"
 
     def fn():
@@ -241,6 +242,35 @@ def fla_caller(torch, fla_fn, inputs, cfg, holder):
             except Exception:  # noqa: BLE001
                 pass
     raise RuntimeError("; ".join(errors))
+
+
+def _host_results(get):
+    return [to_host(x) for x in get()[:2] if x is not None]
+
+
+def graph_item(items, labels, notes, torch, clock, key, label, launch, reps, get) -> None:
+    """Add ``key``: CUDA-graph replays of one call (``launch(numba_stream)`` captured into a
+    torch graph), timed like the eager item, after one replay's output and final state are
+    checked byte for byte against the eager call's (``get()``). A capture that fails or
+    a replay that differs is a note, not an error (the eager figure stands)."""
+    if torch is None or launch is None or C.SIMULATOR:
+        return
+    try:
+        launch(clock.stream)
+        clock.sync()
+        want = _host_results(get)
+        g = C.capture_graph(torch, launch)
+        g.replay()
+        clock.sync()
+        got = _host_results(get)
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"{key}: capture failed: {type(exc).__name__}: {str(exc)[:300]}")
+        return
+    if len(got) != len(want) or any(a.tobytes() != b.tobytes() for a, b in zip(got, want)):
+        notes.append(f"{key}: graph replay differs from the eager call; not timed")
+        return
+    items[key] = (lambda g=g, reps=reps: clock.time_ms(g.replay, reps))
+    labels[key] = (label[0] + "/graph", label[1], label[2])
 
 
 # --------------------------------------------------------------------------- main
@@ -353,6 +383,8 @@ def main(argv=None) -> int:
             items[v] = (lambda fn=fn, reps=reps: clock.time_ms(fn, reps))
             labels[v] = (v, "variant", reps)
             holders[v] = holder
+            graph_item(items, labels, notes, torch, clock, f"{v}/graph", (v, "variant", reps),
+                       holder.get("launch"), reps, holder.get("get"))
         if fla_fn is not None and not budget.exceeded():
             holder = {}
             t0 = time.perf_counter()
@@ -368,6 +400,9 @@ def main(argv=None) -> int:
                 items["fla"] = (lambda fn=fn, reps=reps: clock.time_ms(fn, reps))
                 labels["fla"] = ("fla_chunk_gated_delta_rule", "peer", reps)
                 holders["fla"] = holder
+                graph_item(items, labels, notes, torch, clock, "fla/graph",
+                           ("fla_chunk_gated_delta_rule", "peer", reps),
+                           lambda _stream, fn=fn: fn(), reps, lambda: holder["res"])
             except Exception as exc:  # noqa: BLE001
                 peer_info["error"] = f"{type(exc).__name__}: {str(exc)[:600]}"
                 C.log(f"  fla failed: {peer_info['error']}")
@@ -381,8 +416,10 @@ def main(argv=None) -> int:
                 impl, kind, reps = labels[key]
                 st = C.stats(ts)
                 ms = st["median_ms"]
-                timed = (call_kwargs.get(key, {}).get("timed") if kind == "variant"
-                         else "chunk_gated_delta_rule call")
+                timed = (call_kwargs.get(key.split("/")[0], {}).get("timed")
+                         if kind == "variant" else "chunk_gated_delta_rule call")
+                if key.endswith("/graph"):
+                    timed = f"CUDA-graph replay of: {timed}"
                 row = {"length": T, "impl": impl, "kind": kind, "timed": timed,
                        "reps_per_trial": reps,
                        "ms": ms, "min_ms": st["min_ms"], "max_ms": st["max_ms"],

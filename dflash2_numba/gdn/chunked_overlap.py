@@ -32,7 +32,7 @@ memory for a pre-pass CTA). These are the variant's own compiled kernels, so the
 does not change chunked_rec_pipe's launches. On sm_70 (96 KB of shared memory an SM) no
 pre-pass CTA fits beside the recurrence: the variant runs there, without the overlap.
 
-Knobs (plan time): ``DFLASH2_GDN_SEGMENTS`` (segments, default 8, at most the number of
+Knobs (plan time): ``DFLASH2_GDN_SEGMENTS`` (segments, default 16, at most the number of
 slots), ``DFLASH2_GDN_OVERLAP_PREP_THREADS`` (pre-pass threads a CTA, default 128),
 ``DFLASH2_GDN_OVERLAP_CARVEOUT`` (percent, default 100; ``none`` leaves the driver's
 choice), and chunked_rec's.
@@ -61,7 +61,7 @@ from ._state_rows import (COPY_THREADS, GATHER_SIGNATURES, SCATTER_SIGNATURES, c
 
 GATHER_NAME = "gdn_state_gather"
 SCATTER_NAME = "gdn_state_scatter"
-DEFAULT_SEGMENTS = 8
+DEFAULT_SEGMENTS = 16
 DEFAULT_PREP_THREADS = 128
 DEFAULT_CARVEOUT = "100"
 
