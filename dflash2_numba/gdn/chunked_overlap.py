@@ -32,8 +32,9 @@ memory for a pre-pass CTA). These are the variant's own compiled kernels, so the
 does not change chunked_rec_pipe's launches. On sm_70 (96 KB of shared memory an SM) no
 pre-pass CTA fits beside the recurrence: the variant runs there, without the overlap.
 
-Knobs (plan time): ``DFLASH2_GDN_SEGMENTS`` (segments, default 16, at most the number of
-slots), ``DFLASH2_GDN_OVERLAP_PREP_THREADS`` (pre-pass threads a CTA, default 128),
+Knobs (plan time): ``DFLASH2_GDN_SEGMENTS`` (segments, at most the number of slots; default
+:func:`segment_count`: up to 16, each with at least two pre-pass CTAs an SM),
+``DFLASH2_GDN_OVERLAP_PREP_THREADS`` (pre-pass threads a CTA, default 128),
 ``DFLASH2_GDN_OVERLAP_CARVEOUT`` (percent, default 100; ``none`` leaves the driver's
 choice), and chunked_rec's.
 """
@@ -53,7 +54,7 @@ from . import chunked_rec_pipe as RP
 from . import chunked_smprep as SP
 from ._chunk_output import gdn_chunk_out_kernel, out_floats
 from ._chunk_output_pipe import gdn_chunk_out_pipe_kernel, pipe_floats
-from ._common import C, GdnPlan
+from ._common import C, GdnPlan, default_max_ctas
 from ._prep_smem import gdn_smem_prep_kernel, smem_floats
 from ._split_state_rec import gdn_rec_state_kernel, rec_floats
 from ._state_rows import (COPY_THREADS, GATHER_SIGNATURES, SCATTER_SIGNATURES, copy_blocks,
@@ -74,9 +75,25 @@ _gather = cuda.jit(gdn_state_gather_kernel)
 _scatter = cuda.jit(gdn_state_scatter_kernel)
 
 
-def knobs():
+def segment_count(nslots: int, H: int) -> int:
+    """Segments when ``DFLASH2_GDN_SEGMENTS`` is not set: as many as give each segment's
+    pre-pass at most one wave of CTAs at two an SM (``ceil(nslots * H / (2 * SMs))``), at
+    most :data:`DEFAULT_SEGMENTS`. The pre-passes of successive segments run one after the
+    other on their stream, so a segment too small to fill the machine costs a whole CTA's
+    latency for a sliver of the work, and one a few CTAs past a wave costs a second wave
+    (H200, bench/RESULTS.md GDN twelfth round: T = 4096 at 16 segments 2.01 ms against
+    chunked_rec_pipe's 0.46; T = 65536 at 15 segments of 272 CTAs 7.44 ms, at 16 of 256
+    CTAs 6.85). The simulator keeps :data:`DEFAULT_SEGMENTS` (capped by the slots), so its
+    small cases still cut sequences."""
+    if SIMULATOR:
+        return DEFAULT_SEGMENTS
+    wave = 2 * default_max_ctas()
+    return max(1, min(DEFAULT_SEGMENTS, -(-(nslots * H) // wave)))
+
+
+def knobs(nslots: int, H: int):
     """``(segments, pre-pass threads, carveout percent or None)`` from the environment."""
-    nseg = int(os.environ.get("DFLASH2_GDN_SEGMENTS", "") or DEFAULT_SEGMENTS)
+    nseg = int(os.environ.get("DFLASH2_GDN_SEGMENTS", "") or segment_count(nslots, H))
     if SIMULATOR:
         threads = SP.prep_threads()
     else:
@@ -145,8 +162,8 @@ def prepare(plan: GdnPlan, stream) -> None:
     streams and events (launches allocate nothing: CUDA-graph capturable)."""
     RP.prepare(plan, stream)
     s = plan.scratch
-    nseg, pthreads, carve = knobs()
-    K, V, HV, H = plan.K, plan.V, plan.HV, plan.H
+    nseg, pthreads, carve = knobs(s.nslots, plan.H)
+    K, V, HV = plan.K, plan.V, plan.HV
     s.prep_kernel = DynShared(_prep, 4 * smem_floats(K), carve)
     s.prep_threads = pthreads
     s.rec.state = DynShared(_state, 4 * rec_floats(K), carve)
