@@ -124,3 +124,26 @@ def test_segments_without_states(monkeypatch):
     o, s = gdn_prefill(**case, variant="chunked_overlap", output_final_state=False)
     assert s is None
     assert oracle.first_mismatch(o, ref_o) is None
+
+
+def test_segment_count_rule(monkeypatch):
+    """The default segment count on a GPU of 132 SMs: at most one pre-pass wave (264 CTAs)
+    a segment, at most 16 segments; one segment where no pre-pass CTA fits beside the
+    recurrence. Whether one fits follows the two kernels' shared memory: at K = 128 an
+    H200 SM (228 KB) holds both, a V100 SM (96 KB) does not."""
+    from dflash2_numba.gdn import chunked_overlap as OV
+
+    monkeypatch.setattr(OV, "SIMULATOR", False)
+    monkeypatch.setattr(OV, "default_max_ctas", lambda: 132)
+    assert OV.segment_count(1024, 4) == 16          # T = 65536: 16 x 256 CTAs
+    assert OV.segment_count(512, 4) == 8            # T = 32768: 8 x 256
+    assert OV.segment_count(64, 4) == 1             # T = 4096: 256 CTAs, one wave
+    assert OV.segment_count(1020, 4) == 16          # 16 x 255
+    assert OV.segment_count(4096, 4) == 16          # capped
+    assert OV.segment_count(0, 4) == 1
+    assert OV.segment_count(1024, 4, beside=False) == 1
+    for n, h in ((1024, 4), (512, 4), (300, 3), (7, 1), (1000, 12), (130, 4)):
+        s = OV.segment_count(n, h)
+        assert -(-n // s) * h <= 264 or s == OV.DEFAULT_SEGMENTS      # largest segment: one wave
+    assert OV.prep_fits_beside_rec(128, 228 * 1024)
+    assert not OV.prep_fits_beside_rec(128, 96 * 1024)

@@ -30,7 +30,8 @@ ask for the largest shared-memory carveout (an SM's split of L1 and shared memor
 while CTAs run on it; with the driver's default the recurrence's SMs keep too little shared
 memory for a pre-pass CTA). These are the variant's own compiled kernels, so the carveout
 does not change chunked_rec_pipe's launches. On sm_70 (96 KB of shared memory an SM) no
-pre-pass CTA fits beside the recurrence: the variant runs there, without the overlap.
+pre-pass CTA fits beside the recurrence: there the variant runs one segment (chunked_rec_pipe's
+schedule plus the two state copies).
 
 Knobs (plan time): ``DFLASH2_GDN_SEGMENTS`` (segments, at most the number of slots; default
 :func:`segment_count`: up to 16, each with at least two pre-pass CTAs an SM),
@@ -75,25 +76,48 @@ _gather = cuda.jit(gdn_state_gather_kernel)
 _scatter = cuda.jit(gdn_state_scatter_kernel)
 
 
-def segment_count(nslots: int, H: int) -> int:
-    """Segments when ``DFLASH2_GDN_SEGMENTS`` is not set: as many as give each segment's
-    pre-pass at most one wave of CTAs at two an SM (``ceil(nslots * H / (2 * SMs))``), at
-    most :data:`DEFAULT_SEGMENTS`. The pre-passes of successive segments run one after the
+CTA_RESERVED_SMEM = 1024      # bytes of shared memory the hardware keeps per CTA (sm_80 on)
+
+
+def shared_per_sm() -> int:
+    """Bytes of shared memory one SM can give its CTAs together (the simulator: sm_70's
+    96 KB)."""
+    if SIMULATOR:
+        return 96 * 1024
+    return int(cuda.get_current_device().MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
+
+
+def prep_fits_beside_rec(K: int, per_sm: int) -> bool:
+    """Whether a pre-pass CTA and a recurrence CTA fit one SM's ``per_sm`` bytes of shared
+    memory together (H200, K = 128: 81.4 + 87.8 KB of 228; a V100's 96 KB holds only one)."""
+    need = 4 * (rec_floats(K) + smem_floats(K)) + 2 * CTA_RESERVED_SMEM
+    return need <= per_sm
+
+
+def segment_count(nslots: int, H: int, beside: bool = True) -> int:
+    """Segments when ``DFLASH2_GDN_SEGMENTS`` is not set. One when no pre-pass CTA fits
+    beside the recurrence (``beside`` false: nothing would overlap, and every boundary
+    costs). Otherwise as many as give each segment's pre-pass at most one wave of CTAs at
+    two an SM (segments of at most ``floor(2 SMs / H)`` slots), at most
+    :data:`DEFAULT_SEGMENTS`. The pre-passes of successive segments run one after the
     other on their stream, so a segment too small to fill the machine costs a whole CTA's
     latency for a sliver of the work, and one a few CTAs past a wave costs a second wave
     (H200, bench/RESULTS.md GDN twelfth round: T = 4096 at 16 segments 2.01 ms against
     chunked_rec_pipe's 0.46; T = 65536 at 15 segments of 272 CTAs 7.44 ms, at 16 of 256
-    CTAs 6.85). The simulator keeps :data:`DEFAULT_SEGMENTS` (capped by the slots), so its
-    small cases still cut sequences."""
+    CTAs 6.85). The simulator keeps :data:`DEFAULT_SEGMENTS` (capped by the slots), so
+    its small cases still cut sequences."""
     if SIMULATOR:
         return DEFAULT_SEGMENTS
-    wave = 2 * default_max_ctas()
-    return max(1, min(DEFAULT_SEGMENTS, -(-(nslots * H) // wave)))
+    if not beside:
+        return 1
+    per_seg = max(1, (2 * default_max_ctas()) // H)   # slots whose pre-pass is one wave
+    return max(1, min(DEFAULT_SEGMENTS, -(-nslots // per_seg)))
 
 
-def knobs(nslots: int, H: int):
+def knobs(nslots: int, H: int, K: int):
     """``(segments, pre-pass threads, carveout percent or None)`` from the environment."""
-    nseg = int(os.environ.get("DFLASH2_GDN_SEGMENTS", "") or segment_count(nslots, H))
+    nseg = int(os.environ.get("DFLASH2_GDN_SEGMENTS", "")
+               or segment_count(nslots, H, prep_fits_beside_rec(K, shared_per_sm())))
     if SIMULATOR:
         threads = SP.prep_threads()
     else:
@@ -162,7 +186,7 @@ def prepare(plan: GdnPlan, stream) -> None:
     streams and events (launches allocate nothing: CUDA-graph capturable)."""
     RP.prepare(plan, stream)
     s = plan.scratch
-    nseg, pthreads, carve = knobs(s.nslots, plan.H)
+    nseg, pthreads, carve = knobs(s.nslots, plan.H, plan.K)
     K, V, HV = plan.K, plan.V, plan.HV
     s.prep_kernel = DynShared(_prep, 4 * smem_floats(K), carve)
     s.prep_threads = pthreads
