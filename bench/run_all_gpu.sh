@@ -12,6 +12,8 @@
 #                     byte-checked and timed interleaved; default cols4,cols8),
 #           hb-sass (bench/hb_mismatch_probe.py: the hb spellings' bytes, then their PTX and cubin
 #                     under hb_cubin/ for a SASS diff with nvdisasm),
+#           overlap (bench/overlap_probe.py: GDN's parallel kernels beside the recurrence, then
+#                     chunked_overlap's per-segment timeline; OVERLAP_CONFIGS),
 #           ncu-attn (per-instruction Nsight Compute report of one attention split launch at 261888,
 #                     summed per phase by bench/ncu_source_segments.py; NCU_ATTN_VARIANT,
 #                     default tiled_compact)
@@ -93,6 +95,11 @@ for stage in "$@"; do
       python3 bench/hb_mismatch_probe.py check 4096 > "$out/hb_check.log" 2>&1; rc=$?
       python3 bench/hb_mismatch_probe.py cubin "$out/hb_cubin" > "$out/hb_cubin.log" 2>&1 || rc=1
       grep -vE "Warning|warn\(" "$out/hb_check.log" | tail -n 5; tail -n 4 "$out/hb_cubin.log" ;;
+    overlap)
+      python3 bench/overlap_probe.py pair --out "$out" > "$out/overlap_pair.log" 2>&1; rc=$?
+      python3 bench/overlap_probe.py timeline --configs "${OVERLAP_CONFIGS:-16:100:std,16:100:none}" \
+          --reps 4 --out "$out" > "$out/overlap_timeline.log" 2>&1 || rc=1
+      grep -E "'case'|==" "$out/overlap_pair.log" "$out/overlap_timeline.log" | tail -n 26 ;;
     *) echo "unknown stage $stage"; rc=2 ;;
   esac
   echo "== stage $stage: exit $rc in $(( $(date +%s) - start )) s"

@@ -274,3 +274,19 @@ def test_rec_loop_micro_forms_compute_the_same_bytes():
         assert sink.view(np.uint32).tobytes() == ref.view(np.uint32).tobytes(), cfg
         summary = M.summarise(cyc, *cfg, 128, 2)
         assert summary["phase1_cycles_per_pass"] > 0 and summary["phase2_cycles_per_pass"] > 0
+
+
+def test_overlap_probe_timeline_rewrites_the_output(tmp_path):
+    """bench/overlap_probe.py's timeline re-launches chunked_overlap's schedule with events
+    around each launch: with the output refilled with NaN first, the schedule (the variant's
+    order and the one with every output last) must give a whole call's bytes."""
+    import json
+
+    from bench import overlap_probe as P
+
+    assert P.main(["timeline", "--small", "--T", "130", "--configs", "2:100:std,3:100:out_last",
+                   "--reps", "1", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "overlap_timeline.json").read_text())
+    assert [r["bytes_as_a_whole_call"] for r in rows] == [True, True]
+    assert [len(r["segments"]) for r in rows] == [2, 3]
+    assert all(len(m) == 6 for r in rows for m in r["segments"])     # prep, rec, out marks

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Can GDN's parallel kernels run beside its recurrence, and where does ``chunked_overlap``'s
+time go? Two modes (per-rank shape, B = 1, H = 4, HV = 12, K = V = 128, FP16; ``--T``):
+
+``pair``: two independent planned ``chunked_rec_pipe`` calls X and Y. X's recurrence goes on
+one stream, then one or two of Y's parallel kernels (the pre-pass at 256 or 128 threads a
+CTA, the output) on others. Each case is timed with CUDA events, median of ``--reps``: the
+wall time and when each stream's kernel ended. Every case runs under the driver's
+shared-memory carveout, then under ``--carveout`` percent (the kernels' attribute), and with
+the recurrence on a high-priority stream. Same kernels on different data: only the
+scheduling is measured; X's bytes are checked afterwards.
+
+``timeline``: ``chunked_overlap``'s schedule, eagerly launched, with a timing event before
+and after every segment's pre-pass, recurrence and output (ms from the fork), for each
+``--configs`` entry ``SEGMENTS:CARVEOUT:MODE``. MODE ``std`` is the variant's order,
+``out_last`` defers every output until the last recurrence, and ``none`` leaves the outputs out.
+Host launch time shows in eager runs, so the times are an upper bound for a graph replay.
+
+Writes ``overlap_<mode>.json`` to ``--out``. Usage on the H200:
+``python3 bench/overlap_probe.py pair --out $OUT`` /
+``python3 bench/overlap_probe.py timeline --configs 16:100:std,16:100:none --out $OUT``.
+The simulator runs both at a small shape (``--small``: H = 1, HV = 2, K = V = 32) for the tests.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import dflash2_numba as d2  # noqa: E402  (numpy shim before numba)
+from dflash2_numba import _registry  # noqa: E402
+from dflash2_numba._compat import SIMULATOR  # noqa: E402
+from dflash2_numba._dynshared import set_carveout  # noqa: E402
+from dflash2_numba._streams import priority_stream  # noqa: E402
+from dflash2_numba.gdn import chunked_overlap as OV  # noqa: E402
+from dflash2_numba.gdn import chunked_rec as RC  # noqa: E402
+from dflash2_numba.gdn import chunked_split as S  # noqa: E402
+from numba import cuda  # noqa: E402
+from profile_kernels import gdn_inputs, host  # noqa: E402
+
+
+def inputs(T, seed, small):
+    if not small:
+        return gdn_inputs(T, seed)
+    rng = np.random.default_rng(seed)
+    dev = cuda.to_device
+    return dict(q=dev(rng.standard_normal((1, T, 1, 32)).astype(np.float16)),
+                k=dev(rng.standard_normal((1, T, 1, 32)).astype(np.float16)),
+                v=dev(rng.standard_normal((1, T, 2, 32)).astype(np.float16)),
+                g=dev(rng.uniform(-1, -0.01, (1, T, 2)).astype(np.float32)),
+                beta=dev(rng.uniform(0, 1, (1, T, 2)).astype(np.float32)))
+
+
+def elapsed(a, b) -> float:
+    """ms between two recorded events (0 on the simulator, which has no event timing)."""
+    fn = getattr(cuda, "event_elapsed_time", None)
+    return round(float(fn(a, b)), 4) if fn is not None else 0.0
+
+
+def timed(fns, streams):
+    """One run: an event on ``streams[0]`` that every other stream waits on, ``fns[i]`` on
+    ``streams[i]``, an end event on each; ``(wall ms, [end ms of each stream])``."""
+    e0 = cuda.event()
+    ends = [cuda.event() for _ in fns]
+    e0.record(streams[0])
+    for st in streams[1:]:
+        e0.wait(st)
+    for fn, st, e in zip(fns, streams, ends):
+        fn(st)
+        e.record(st)
+    for e in ends:
+        e.synchronize()
+    t = [elapsed(e0, e) for e in ends]
+    return max(t), t
+
+
+def median_run(fns, streams, reps):
+    timed(fns, streams)
+    runs = [timed(fns, streams) for _ in range(reps)]
+    order = np.argsort([w for w, _ in runs])
+    return runs[int(order[len(runs) // 2])]
+
+
+def mode_pair(args):
+    mk = lambda seed: d2.plan_gdn(**inputs(args.T, seed, args.small),        # noqa: E731
+                                  variant="chunked_rec_pipe", check_values=False)
+    X, Y, Y128 = mk(1), mk(2), mk(3)
+    for c in (X, Y, Y128):
+        c.launch()
+    cuda.synchronize()
+    Y128.plan.scratch.prep_threads = 128
+    ref = [host(a).tobytes() for a in X.results()]
+    px, py, py128 = X.plan, Y.plan, Y128.plan
+    rec = lambda p: (lambda st: RC.launch_state(p, st))                        # noqa: E731
+    prep = lambda p: (lambda st: S.launch_prep(p, st))                         # noqa: E731
+    out = lambda p: (lambda st: RC.launch_out(p, st))                          # noqa: E731
+    s1, s2, s3 = cuda.stream(), cuda.stream(), cuda.stream()
+    hi, lo2, lo3 = priority_stream(True), priority_stream(False), priority_stream(False)
+    cases = [("recurrence alone", [rec(px)], [s1]),
+             ("pre-pass 256 alone", [prep(py)], [s2]),
+             ("pre-pass 128 alone", [prep(py128)], [s2]),
+             ("output alone", [out(py)], [s3]),
+             ("recurrence, pre-pass 128", [rec(px), prep(py128)], [s1, s2]),
+             ("recurrence, pre-pass 256", [rec(px), prep(py)], [s1, s2]),
+             ("recurrence, output", [rec(px), out(py)], [s1, s3]),
+             ("recurrence, pre-pass 128, output", [rec(px), prep(py128), out(py)], [s1, s2, s3]),
+             ("priority: recurrence, pre-pass 128", [rec(px), prep(py128)], [hi, lo2]),
+             ("priority: recurrence, pre-pass 128, output", [rec(px), prep(py128), out(py)],
+              [hi, lo2, lo3])]
+    rows = []
+    for carve in (None, args.carveout):
+        if carve is not None and not SIMULATOR:          # (the kernels X and Y share)
+            for dk, launch_args in kernel_args(px):
+                set_carveout(dk.kernel, launch_args, carve)
+        for name, fns, sts in cases:
+            w, ends = median_run(fns, sts, args.reps)
+            rows.append(dict(case=name, carveout=carve, wall_ms=round(w, 4), ends_ms=ends))
+            print(rows[-1], flush=True)
+    X.launch()
+    cuda.synchronize()
+    rows.append(dict(case="X bytes unchanged",
+                     same=[host(a).tobytes() for a in X.results()] == ref))
+    print(rows[-1], flush=True)
+    return rows
+
+
+def kernel_args(plan):
+    """``(DynShared, launch arguments)`` of a planned chunked_rec_pipe call's three kernels."""
+    s = plan.scratch
+    r = s.rec
+    return ((s.prep_kernel, (plan.q, plan.k, plan.v, plan.g, plan.beta, s.chunks, s.scr, s.F,
+                             plan.scale, plan.use_l2)),
+            (r.state, (plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items,
+                       s.scr, s.F, np.int32(plan.H), np.int32(plan.K), r.snap0, r.ncomp, r.n1,
+                       r.nq)),
+            (r.out, (plan.o, s.scr, s.chunks, s.F, np.int32(plan.H), np.int32(plan.K),
+                     r.snap0)))
+
+
+def timeline_run(plan, mode):
+    """chunked_overlap's run with timing events around every launch; ``(total ms,
+    [[prep start, end, rec start, end(, out start, end)] per segment])``."""
+    s, g = plan.scratch, plan.scratch.seg
+    r = s.rec
+    e0 = cuda.event()
+    e0.record(0)
+    for st in (g.s_prep, g.s_rec, g.s_out):
+        e0.wait(st)
+    nb = OV.copy_blocks(plan.N, plan.HV, plan.K, plan.V)
+    _registry.launch(OV.GATHER_NAME, OV._gather, nb, OV.COPY_THREADS, g.s_rec, plan.h0,
+                     plan.h0_idx, g.rows)
+
+    def around(stream, launch):
+        a, b = cuda.event(), cuda.event()
+        a.record(stream)
+        launch()
+        b.record(stream)
+        return [a, b]
+
+    def out_of(seg):
+        return lambda: _registry.launch(r.out_name, r.out, seg.nslots * plan.HV, r.out_threads,
+                                        g.s_out, plan.o, seg.scr, seg.chunks, s.F,
+                                        np.int32(plan.H), np.int32(plan.K), seg.snap0)
+    marks = []
+    for si, seg in enumerate(g.launches):
+        m = around(g.s_prep, lambda: _registry.launch(
+            s.prep_name, s.prep_kernel, seg.nslots * plan.H, s.prep_threads, g.s_prep, plan.q,
+            plan.k, plan.v, plan.g, plan.beta, seg.chunks, seg.scr, s.F, plan.scale,
+            plan.use_l2))
+        g.ev_prep[si].record(g.s_prep)
+        g.ev_prep[si].wait(g.s_rec)
+        m += around(g.s_rec, lambda: _registry.launch(
+            RC.STATE_NAME, r.state, seg.n_items, r.threads, g.s_rec, plan.o, g.rows, seg.row_in,
+            g.rows, seg.row_out, seg.seqs, seg.items, s.scr, s.F, np.int32(plan.H),
+            np.int32(plan.K), r.snap0, r.ncomp, r.n1, r.nq))
+        g.ev_rec[si].record(g.s_rec)
+        if mode == "std":
+            g.ev_rec[si].wait(g.s_out)
+            m += around(g.s_out, out_of(seg))
+        marks.append(m)
+    if mode == "out_last":
+        g.ev_rec[-1].wait(g.s_out)
+        for si, seg in enumerate(g.launches):
+            marks[si] += around(g.s_out, out_of(seg))
+    _registry.launch(OV.SCATTER_NAME, OV._scatter, nb, OV.COPY_THREADS, g.s_rec, g.rows,
+                     g.src_row, plan.hT, plan.hT_idx)
+    for ev, st in zip(g.joins, (g.s_prep, g.s_rec, g.s_out)):
+        ev.record(st)
+        ev.wait(0)
+    end = cuda.event()
+    end.record(0)
+    end.synchronize()
+    return elapsed(e0, end), [[elapsed(e0, x) for x in m] for m in marks]
+
+
+def mode_timeline(args):
+    rows = []
+    ins = inputs(args.T, 1, args.small)
+    want = None
+    for cfg in [c for c in args.configs.split(",") if c]:
+        seg, carve, mode = cfg.split(":")
+        os.environ["DFLASH2_GDN_SEGMENTS"] = seg
+        os.environ["DFLASH2_GDN_OVERLAP_CARVEOUT"] = carve
+        call = d2.plan_gdn(**ins, variant="chunked_overlap", check_values=False)
+        call.launch()
+        cuda.synchronize()
+        if want is None:
+            want = [host(a).tobytes() for a in call.results()]
+        o = call.plan.o
+        o.copy_to_device(np.full(o.shape, np.nan, o.dtype))   # the schedule must rewrite it
+        runs = [timeline_run(call.plan, mode) for _ in range(args.reps)]
+        got = [host(a).tobytes() for a in call.results()]
+        same = None if mode == "none" else got == want      # (no outputs in mode none)
+        i = int(np.argsort([t for t, _ in runs])[len(runs) // 2])
+        rows.append(dict(config=cfg, totals_ms=[t for t, _ in runs], segments=runs[i][1],
+                         bytes_as_a_whole_call=same))
+        print(f"== {cfg}: totals {rows[-1]['totals_ms']}, bytes as a whole call: {same}",
+              flush=True)
+        for si, m in enumerate(runs[i][1]):
+            print(f"  segment {si}: " + "  ".join(
+                f"{name} {m[2 * k]:7.3f}-{m[2 * k + 1]:7.3f}"
+                for k, name in enumerate(("prep", "rec", "out")[:len(m) // 2])), flush=True)
+    for k in ("DFLASH2_GDN_SEGMENTS", "DFLASH2_GDN_OVERLAP_CARVEOUT"):
+        os.environ.pop(k, None)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("mode", choices=["pair", "timeline"])
+    ap.add_argument("--T", type=int, default=65536)
+    ap.add_argument("--small", action="store_true", help="H = 1, HV = 2, K = V = 32")
+    ap.add_argument("--carveout", type=int, default=100)
+    ap.add_argument("--configs", default="16:100:std,16:100:none")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args(argv)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    rows = mode_pair(args) if args.mode == "pair" else mode_timeline(args)
+    Path(args.out, f"overlap_{args.mode}.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
