@@ -33,6 +33,11 @@ does not change chunked_rec_pipe's launches. On sm_70 (96 KB of shared memory an
 pre-pass CTA fits beside the recurrence: there the variant runs one segment (chunked_rec_pipe's
 schedule plus the two state copies).
 
+A call is about 5 S launches and event operations. Launched eagerly, their host time (about
+40 us each on the H200) outruns the GPU work, and the variant is slower than chunked_rec_pipe.
+Capture it in a CUDA graph: the measured gain (bench/RESULTS.md, GDN twelfth round) is under
+graph replay.
+
 Knobs (plan time): ``DFLASH2_GDN_SEGMENTS`` (segments, at most the number of slots; default
 :func:`segment_count`: up to 16, each with at least two pre-pass CTAs an SM),
 ``DFLASH2_GDN_OVERLAP_PREP_THREADS`` (pre-pass threads a CTA, default 128),
