@@ -12,8 +12,8 @@ scheduling is measured; X's bytes are checked afterwards.
 
 ``timeline``: ``chunked_overlap``'s schedule, eagerly launched, with a timing event before
 and after every segment's pre-pass, recurrence and output (ms from the fork), for each
-``--configs`` entry ``SEGMENTS:CARVEOUT:MODE``. MODE ``std`` is the variant's order,
-``out_last`` defers every output until the last recurrence, and ``none`` leaves the outputs out.
+``--configs`` entry ``SEGMENTS:CARVEOUT:MODE`` (MODE ``std``: the variant's run; ``none``:
+the same without the outputs). The stream priorities are reported with each entry.
 Host launch time shows in eager runs, so the times are an upper bound for a graph replay.
 
 Writes ``overlap_<mode>.json`` to ``--out``. Usage on the H200:
@@ -37,10 +37,9 @@ import os  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dflash2_numba as d2  # noqa: E402  (numpy shim before numba)
-from dflash2_numba import _registry  # noqa: E402
 from dflash2_numba._compat import SIMULATOR  # noqa: E402
 from dflash2_numba._dynshared import set_carveout  # noqa: E402
-from dflash2_numba._streams import priority_stream  # noqa: E402
+from dflash2_numba._streams import priority_stream, stream_priority  # noqa: E402
 from dflash2_numba.gdn import chunked_overlap as OV  # noqa: E402
 from dflash2_numba.gdn import chunked_rec as RC  # noqa: E402
 from dflash2_numba.gdn import chunked_split as S  # noqa: E402
@@ -147,59 +146,24 @@ def kernel_args(plan):
 
 
 def timeline_run(plan, mode):
-    """chunked_overlap's run with timing events around every launch; ``(total ms,
-    [[prep start, end, rec start, end(, out start, end)] per segment])``."""
-    s, g = plan.scratch, plan.scratch.seg
-    r = s.rec
-    e0 = cuda.event()
-    e0.record(0)
-    for st in (g.s_prep, g.s_rec, g.s_out):
-        e0.wait(st)
-    nb = OV.copy_blocks(plan.N, plan.HV, plan.K, plan.V)
-    _registry.launch(OV.GATHER_NAME, OV._gather, nb, OV.COPY_THREADS, g.s_rec, plan.h0,
-                     plan.h0_idx, g.rows)
+    """chunked_overlap's own run (:func:`chunked_overlap.run`) with timing events on either
+    side of every segment launch; ``(total ms, [[prep start, end, rec start, end(, out
+    start, end)] per segment])``, from an event recorded just before the fork."""
+    marks = {}
 
-    def around(stream, launch):
+    def around(segment, kernel, stream, launch):
         a, b = cuda.event(), cuda.event()
         a.record(stream)
         launch()
         b.record(stream)
-        return [a, b]
+        marks.setdefault(segment, []).extend([a, b])
 
-    def out_of(seg):
-        return lambda: _registry.launch(r.out_name, r.out, seg.nslots * plan.HV, r.out_threads,
-                                        g.s_out, plan.o, seg.scr, seg.chunks, s.F,
-                                        np.int32(plan.H), np.int32(plan.K), seg.snap0)
-    marks = []
-    for si, seg in enumerate(g.launches):
-        m = around(g.s_prep, lambda: _registry.launch(
-            s.prep_name, s.prep_kernel, seg.nslots * plan.H, s.prep_threads, g.s_prep, plan.q,
-            plan.k, plan.v, plan.g, plan.beta, seg.chunks, seg.scr, s.F, plan.scale,
-            plan.use_l2))
-        g.ev_prep[si].record(g.s_prep)
-        g.ev_prep[si].wait(g.s_rec)
-        m += around(g.s_rec, lambda: _registry.launch(
-            RC.STATE_NAME, r.state, seg.n_items, r.threads, g.s_rec, plan.o, g.rows, seg.row_in,
-            g.rows, seg.row_out, seg.seqs, seg.items, s.scr, s.F, np.int32(plan.H),
-            np.int32(plan.K), r.snap0, r.ncomp, r.n1, r.nq))
-        g.ev_rec[si].record(g.s_rec)
-        if mode == "std":
-            g.ev_rec[si].wait(g.s_out)
-            m += around(g.s_out, out_of(seg))
-        marks.append(m)
-    if mode == "out_last":
-        g.ev_rec[-1].wait(g.s_out)
-        for si, seg in enumerate(g.launches):
-            marks[si] += around(g.s_out, out_of(seg))
-    _registry.launch(OV.SCATTER_NAME, OV._scatter, nb, OV.COPY_THREADS, g.s_rec, g.rows,
-                     g.src_row, plan.hT, plan.hT_idx)
-    for ev, st in zip(g.joins, (g.s_prep, g.s_rec, g.s_out)):
-        ev.record(st)
-        ev.wait(0)
-    end = cuda.event()
+    e0, end = cuda.event(), cuda.event()
+    e0.record(0)
+    OV.run(plan, 0, around=around, outputs=mode != "none")
     end.record(0)
     end.synchronize()
-    return elapsed(e0, end), [[elapsed(e0, x) for x in m] for m in marks]
+    return elapsed(e0, end), [[elapsed(e0, x) for x in marks[k]] for k in sorted(marks)]
 
 
 def mode_timeline(args):
@@ -221,8 +185,10 @@ def mode_timeline(args):
         got = [host(a).tobytes() for a in call.results()]
         same = None if mode == "none" else got == want      # (no outputs in mode none)
         i = int(np.argsort([t for t, _ in runs])[len(runs) // 2])
+        g = call.plan.scratch.seg
         rows.append(dict(config=cfg, totals_ms=[t for t, _ in runs], segments=runs[i][1],
-                         bytes_as_a_whole_call=same))
+                         bytes_as_a_whole_call=same,
+                         priorities=[stream_priority(x) for x in (g.s_prep, g.s_rec, g.s_out)]))
         print(f"== {cfg}: totals {rows[-1]['totals_ms']}, bytes as a whole call: {same}",
               flush=True)
         for si, m in enumerate(runs[i][1]):

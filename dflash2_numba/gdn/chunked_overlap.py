@@ -226,33 +226,41 @@ def prepare(plan: GdnPlan, stream) -> None:
     plan.scratch = s
 
 
-def _launch_segment(plan: GdnPlan, g, seg, si: int) -> None:
+def _direct(segment: int, kernel: str, stream, launch) -> None:
+    launch()
+
+
+def _launch_segment(plan: GdnPlan, g, seg, si: int, around, outputs: bool) -> None:
     """Segment ``si``: pre-pass (low-priority stream), recurrence after it (high priority),
-    output after that (low priority)."""
+    output after that (low priority); each launch through ``around`` (see :func:`run`)."""
     s = plan.scratch
     r = s.rec
     if seg.nslots:
-        _registry.launch(s.prep_name, s.prep_kernel, seg.nslots * plan.H, s.prep_threads,
-                         g.s_prep, plan.q, plan.k, plan.v, plan.g, plan.beta, seg.chunks,
-                         seg.scr, s.F, plan.scale, plan.use_l2)
+        around(si, "prep", g.s_prep, lambda: _registry.launch(
+            s.prep_name, s.prep_kernel, seg.nslots * plan.H, s.prep_threads, g.s_prep, plan.q,
+            plan.k, plan.v, plan.g, plan.beta, seg.chunks, seg.scr, s.F, plan.scale,
+            plan.use_l2))
     g.ev_prep[si].record(g.s_prep)
     g.ev_prep[si].wait(g.s_rec)
     if seg.n_items:
-        _registry.launch(RC.STATE_NAME, r.state, seg.n_items, r.threads, g.s_rec,
-                         plan.o, g.rows, seg.row_in, g.rows, seg.row_out, seg.seqs, seg.items,
-                         s.scr, s.F, np.int32(plan.H), np.int32(plan.K), r.snap0, r.ncomp,
-                         r.n1, r.nq)
+        around(si, "rec", g.s_rec, lambda: _registry.launch(
+            RC.STATE_NAME, r.state, seg.n_items, r.threads, g.s_rec, plan.o, g.rows, seg.row_in,
+            g.rows, seg.row_out, seg.seqs, seg.items, s.scr, s.F, np.int32(plan.H),
+            np.int32(plan.K), r.snap0, r.ncomp, r.n1, r.nq))
     g.ev_rec[si].record(g.s_rec)
     g.ev_rec[si].wait(g.s_out)
-    if seg.nslots:
-        _registry.launch(r.out_name, r.out, seg.nslots * plan.HV, r.out_threads, g.s_out,
-                         plan.o, seg.scr, seg.chunks, s.F, np.int32(plan.H), np.int32(plan.K),
-                         seg.snap0)
+    if seg.nslots and outputs:
+        around(si, "out", g.s_out, lambda: _registry.launch(
+            r.out_name, r.out, seg.nslots * plan.HV, r.out_threads, g.s_out, plan.o, seg.scr,
+            seg.chunks, s.F, np.int32(plan.H), np.int32(plan.K), seg.snap0))
 
 
-def run(plan: GdnPlan, stream) -> None:
+def run(plan: GdnPlan, stream, around=_direct, outputs: bool = True) -> None:
     """Fork from ``stream`` onto the variant's three streams, the state rows in, every
-    segment, the final states out, and join back onto ``stream``."""
+    segment, the final states out, and join back onto ``stream``. ``around(segment, kernel,
+    stream, launch)`` makes each segment launch (``launch()``); a measurement passes one
+    that records events on either side (``bench/overlap_probe.py timeline``, which also
+    leaves the outputs out with ``outputs=False``)."""
     if plan.n_items == 0:
         return
     if plan.scratch is None or not hasattr(plan.scratch, "seg"):
@@ -265,7 +273,7 @@ def run(plan: GdnPlan, stream) -> None:
     _registry.launch(GATHER_NAME, _gather, nb, COPY_THREADS, g.s_rec, plan.h0, plan.h0_idx,
                      g.rows)
     for si, seg in enumerate(g.launches):
-        _launch_segment(plan, g, seg, si)
+        _launch_segment(plan, g, seg, si, around, outputs)
     _registry.launch(SCATTER_NAME, _scatter, nb, COPY_THREADS, g.s_rec, g.rows, g.src_row,
                      plan.hT, plan.hT_idx)
     for ev, st in zip(g.joins, (g.s_prep, g.s_rec, g.s_out)):
