@@ -147,3 +147,20 @@ def test_segment_count_rule(monkeypatch):
         assert -(-n // s) * h <= 264 or s == OV.DEFAULT_SEGMENTS      # largest segment: one wave
     assert OV.prep_fits_beside_rec(128, 228 * 1024)
     assert not OV.prep_fits_beside_rec(128, 96 * 1024)
+
+
+def test_split_pre_pass_form(monkeypatch):
+    """DFLASH2_GDN_OVERLAP_PREP=split runs chunked_split's pre-pass in the segments (the
+    same scratch bits): chunked's bytes; an unknown form is refused at plan time."""
+    case = _packed(124)
+    ref_o, ref_s = gdn_prefill(**case, variant="chunked")
+    monkeypatch.setenv("DFLASH2_GDN_SEGMENTS", "3")
+    monkeypatch.setenv("DFLASH2_GDN_OVERLAP_PREP", "split")
+    _registry.route_counters(reset=True)
+    o, s = gdn_prefill(**case, variant="chunked_overlap")
+    assert _registry.route_counters(reset=True).get("gdn_split_prep") == 3
+    assert oracle.first_mismatch(o, ref_o) is None
+    assert oracle.first_mismatch(s, ref_s) is None
+    monkeypatch.setenv("DFLASH2_GDN_OVERLAP_PREP", "tiles")
+    with pytest.raises(ValueError, match="DFLASH2_GDN_OVERLAP_PREP"):
+        gdn_prefill(**case, variant="chunked_overlap")

@@ -41,6 +41,7 @@ graph replay.
 Knobs (plan time): ``DFLASH2_GDN_SEGMENTS`` (segments, at most the number of slots; default
 :func:`segment_count`: up to 16, each with at least two pre-pass CTAs an SM),
 ``DFLASH2_GDN_OVERLAP_PREP_THREADS`` (pre-pass threads a CTA, default 128),
+``DFLASH2_GDN_OVERLAP_PREP`` (which pre-pass kernel: :func:`prep_form`),
 ``DFLASH2_GDN_OVERLAP_CARVEOUT`` (percent, default 100; ``none`` leaves the driver's
 choice), and chunked_rec's.
 """
@@ -58,6 +59,7 @@ from .._streams import order_event, priority_stream
 from . import chunked_rec as RC
 from . import chunked_rec_pipe as RP
 from . import chunked_smprep as SP
+from . import chunked_split as S
 from ._chunk_output import gdn_chunk_out_kernel, out_floats
 from ._chunk_output_pipe import gdn_chunk_out_pipe_kernel, pipe_floats
 from ._common import C, GdnPlan, default_max_ctas
@@ -77,6 +79,7 @@ _prep = jit_bounded(gdn_smem_prep_kernel, SP.PREP_LAUNCH_BOUNDS)
 _state = jit_bounded(gdn_rec_state_kernel, RC.STATE_LAUNCH_BOUNDS)
 _out_pipe = jit_bounded(gdn_chunk_out_pipe_kernel, RP.OUT_LAUNCH_BOUNDS)
 _out_plain = jit_bounded(gdn_chunk_out_kernel, RC.OUT_LAUNCH_BOUNDS)
+_prep_split = cuda.jit(S.gdn_split_prep_kernel)      # (knob DFLASH2_GDN_OVERLAP_PREP=split)
 _gather = cuda.jit(gdn_state_gather_kernel)
 _scatter = cuda.jit(gdn_state_scatter_kernel)
 
@@ -119,8 +122,22 @@ def segment_count(nslots: int, H: int, beside: bool = True) -> int:
     return max(1, min(DEFAULT_SEGMENTS, -(-nslots // per_seg)))
 
 
+def prep_form() -> str:
+    """``DFLASH2_GDN_OVERLAP_PREP``: ``smem`` (chunked_smprep's pre-pass, the default) or
+    ``split`` (chunked_split's: slower alone, 2.45 against 1.87 ms at T = 65536, but 78
+    registers at sm_90 and 44.8 KB of static shared memory a CTA, so on the H200 two CTAs
+    of up to 96 threads fit beside the recurrence where one of the other fits; prepared,
+    not measured)."""
+    form = os.environ.get("DFLASH2_GDN_OVERLAP_PREP", "") or "smem"
+    if form not in ("smem", "split"):
+        raise ValueError(f"DFLASH2_GDN_OVERLAP_PREP: 'smem' or 'split', not {form!r}")
+    return form
+
+
 def knobs(nslots: int, H: int, K: int):
-    """``(segments, pre-pass threads, carveout percent or None)`` from the environment."""
+    """``(segments, pre-pass threads, carveout percent or None)`` from the environment
+    (the shared-memory test of :func:`prep_fits_beside_rec` is the smem pre-pass's, which
+    needs more than the split one at every K)."""
     nseg = int(os.environ.get("DFLASH2_GDN_SEGMENTS", "")
                or segment_count(nslots, H, prep_fits_beside_rec(K, shared_per_sm())))
     if SIMULATOR:
@@ -193,7 +210,11 @@ def prepare(plan: GdnPlan, stream) -> None:
     s = plan.scratch
     nseg, pthreads, carve = knobs(s.nslots, plan.H, plan.K)
     K, V, HV = plan.K, plan.V, plan.HV
-    s.prep_kernel = DynShared(_prep, 4 * smem_floats(K), carve)
+    if prep_form() == "split":
+        s.prep_name = S.PREP_NAME
+        s.prep_kernel = DynShared(_prep_split, 0, carve)
+    else:
+        s.prep_kernel = DynShared(_prep, 4 * smem_floats(K), carve)
     s.prep_threads = pthreads
     s.rec.state = DynShared(_state, 4 * rec_floats(K), carve)
     if s.rec.out_name == RP.OUT_NAME:
@@ -289,6 +310,7 @@ VARIANT = _registry.register(_registry.Variant(
                 "beside the recurrence (exact state copies across segment boundaries)",
     contract="B (GDN prefill), chunked family: bit-identical to chunked",
     kernels=(SP.PREP.spec(),
+             _registry.KernelSpec(S.PREP_NAME, S.gdn_split_prep_kernel, S._prep_signatures()),
              _registry.KernelSpec(RC.STATE_NAME, gdn_rec_state_kernel, RC._state_signatures(),
                                   launch_bounds=RC.STATE_LAUNCH_BOUNDS),
              _registry.KernelSpec(RP.OUT_NAME, gdn_chunk_out_pipe_kernel, RC._out_signatures(),
