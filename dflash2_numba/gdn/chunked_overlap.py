@@ -239,11 +239,10 @@ def prepare(plan: GdnPlan, stream) -> None:
             items=dev(items) if len(items) else None, n_items=int(items.shape[0])))
     s.seg = SimpleNamespace(
         launches=launches, rows=device_zeros((max(n_rows, 1), HV, K, V), np.float32, stream),
-        src_row=dev(src_row), n_rows=n_rows,
+        src_row=dev(src_row),
         s_prep=priority_stream(False), s_rec=priority_stream(True), s_out=priority_stream(False),
         fork=order_event(), ev_prep=[order_event() for _ in launches],
-        ev_rec=[order_event() for _ in launches], joins=[order_event() for _ in range(3)],
-        nseg=len(launches), carveout=carve)
+        ev_rec=[order_event() for _ in launches], joins=[order_event() for _ in range(3)])
     plan.scratch = s
 
 
