@@ -11,54 +11,103 @@ from ._compat import SIMULATOR
 
 class DynShared:
     """``kernel[grid, block, stream]`` -> the same launch with ``nbytes`` of dynamic shared
-    memory; on a GPU it first raises the kernel's dynamic shared-memory limit (once per
-    compiled overload) when ``nbytes`` exceeds the default 48 KB."""
+    memory; on a GPU it first raises the kernel's dynamic shared-memory limit when ``nbytes``
+    exceeds the default 48 KB, and sets the preferred carveout when one is given, once per
+    compiled overload and attribute.
+
+    Host cost: finding the overload means typing every argument (numba's ``typeof``, about
+    as much host time as the launch's own dispatch). An instance remembers the argument
+    objects of its last prepared launch and skips that work when a launch passes the very
+    same objects again, as a plan's replayed launches do (the same objects have the same
+    numba types, so the same overload). Instances live with a plan, so the references they
+    keep live no longer than the plan's own."""
 
     def __init__(self, kernel, nbytes, carveout=None):
         self.kernel = kernel
         self.nbytes = nbytes
         self.carveout = carveout        # percent of the maximum shared memory, or None
+        self._prepared_args = None      # the last launch's arguments whose overload is set up
+        self._prepared_at = -1          # _attr_state's generation when they were
+
+    def _needs_attributes(self) -> bool:
+        return not SIMULATOR and (self.nbytes > 48 * 1024 or self.carveout is not None)
+
+    def prepare(self, args) -> None:
+        """Set the overload's attributes for ``args`` (compiling it if need be) unless the
+        last prepared launch passed the same objects."""
+        last = self._prepared_args
+        if (last is not None and self._prepared_at == _attr_state.generation and len(last) == len(args)
+                and all(a is b for a, b in zip(args, last))):
+            return
+        argtypes = tuple(self.kernel.typeof_pyval(a) for a in args)
+        if self.nbytes > 48 * 1024:
+            _set_attribute(self.kernel, argtypes, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",
+                           self.nbytes)
+        if self.carveout is not None:
+            _set_attribute(self.kernel, argtypes, "CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT",
+                           self.carveout)
+        self._prepared_args = tuple(args)
+        self._prepared_at = _attr_state.generation
 
     def __getitem__(self, cfg):
         grid, block, stream = cfg
         cfgd = self.kernel[grid, block, stream, self.nbytes]
 
         def go(*args):
-            if not SIMULATOR and self.nbytes > 48 * 1024:
-                raise_smem_limit(self.kernel, args, self.nbytes)
-            if not SIMULATOR and self.carveout is not None:
-                set_carveout(self.kernel, args, self.carveout)
+            if self._needs_attributes():
+                self.prepare(args)
             cfgd(*args)
         return go
 
 
-_attr_done = set()
+class _AttributeState:
+    """The attribute values this process has set, per (kernel, overload, attribute), and a
+    generation counted up at every change (an instance's remembered launch is stale once
+    any attribute changed after it: another instance may share its kernel)."""
+
+    def __init__(self):
+        self.values = {}
+        self.generation = 0
 
 
-def _set_attribute(kernel, args, name: str, value: int) -> None:
-    """``cuKernelSetAttribute(name, value)`` on ``kernel``'s overload for ``args`` (compiled
-    here if it is not yet), once per overload and attribute."""
-    argtypes = tuple(kernel.typeof_pyval(a) for a in args)
+_attr_state = _AttributeState()
+
+
+def _set_attribute(kernel, argtypes, name: str, value: int) -> None:
+    """``name`` = ``value`` on ``kernel``'s overload for the numba types ``argtypes``, unless
+    this process already set that value there."""
     key = (id(kernel), argtypes, name)
-    if key in _attr_done:
+    if _attr_state.values.get(key) == int(value):
         return
+    _driver_set(kernel, argtypes, name, int(value))
+    _attr_state.values[key] = int(value)
+    _attr_state.generation += 1
+
+
+def _driver_set(kernel, argtypes, name: str, value: int) -> None:
+    """``cuKernelSetAttribute(name, value)`` on the overload (compiled here if it is not
+    yet)."""
     from numba.cuda.cudadrv.driver import binding, driver
 
     compiled = kernel.compile(argtypes)
     cufunc = compiled._codelibrary.get_cufunc()
     attr = getattr(binding.CUfunction_attribute, name)
-    driver.cuKernelSetAttribute(attr, int(value), cufunc.handle, cufunc.device.id)
-    _attr_done.add(key)
+    driver.cuKernelSetAttribute(attr, value, cufunc.handle, cufunc.device.id)
+
+
+def _argtypes(kernel, args):
+    return tuple(kernel.typeof_pyval(a) for a in args)
 
 
 def raise_smem_limit(kernel, args, nbytes):
-    _set_attribute(kernel, args, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", nbytes)
+    """Raise ``kernel``'s dynamic shared-memory limit (for ``args``) to ``nbytes``."""
+    _set_attribute(kernel, _argtypes(kernel, args), "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", nbytes)
 
 
 def set_carveout(kernel, args, percent):
     """The preferred shared-memory carveout of ``kernel`` (for ``args``), in percent of the
     maximum; a hint the driver rounds to a supported split."""
-    _set_attribute(kernel, args, "CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT", percent)
+    _set_attribute(kernel, _argtypes(kernel, args), "CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT", percent)
 
 
 def max_dynamic_shared() -> int:
