@@ -13,7 +13,8 @@ scheduling is measured; X's bytes are checked afterwards.
 ``timeline``: ``chunked_overlap``'s schedule, eagerly launched, with a timing event before
 and after every segment's pre-pass, recurrence and output (ms from the fork), for each
 ``--configs`` entry ``SEGMENTS:CARVEOUT:MODE`` (MODE ``std``: the variant's run; ``none``:
-the same without the outputs). The stream priorities are reported with each entry.
+the same without the outputs; ``end``: the outputs in one launch after the last recurrence,
+``DFLASH2_GDN_OVERLAP_OUT=end``). The stream priorities are reported with each entry.
 Host launch time shows in eager runs, so the times are an upper bound for a graph replay.
 
 Writes ``overlap_<mode>.json`` to ``--out``. Usage on the H200:
@@ -148,8 +149,11 @@ def kernel_args(plan):
 def timeline_run(plan, mode):
     """chunked_overlap's own run (:func:`chunked_overlap.run`) with timing events on either
     side of every segment launch; ``(total ms, [[prep start, end, rec start, end(, out
-    start, end)] per segment])``, from an event recorded just before the fork."""
+    start, end)] per segment], [kernel names per segment])``, from an event recorded just
+    before the fork. Under ``DFLASH2_GDN_OVERLAP_OUT=end`` the one output launch after the
+    last recurrence is an extra segment entry of its own (kernel ``out``)."""
     marks = {}
+    names = {}
 
     def around(segment, kernel, stream, launch):
         a, b = cuda.event(), cuda.event()
@@ -157,13 +161,15 @@ def timeline_run(plan, mode):
         launch()
         b.record(stream)
         marks.setdefault(segment, []).extend([a, b])
+        names.setdefault(segment, []).append(kernel)
 
     e0, end = cuda.event(), cuda.event()
     e0.record(0)
     OV.run(plan, 0, around=around, outputs=mode != "none")
     end.record(0)
     end.synchronize()
-    return elapsed(e0, end), [[elapsed(e0, x) for x in marks[k]] for k in sorted(marks)]
+    return (elapsed(e0, end), [[elapsed(e0, x) for x in marks[k]] for k in sorted(marks)],
+            [names[k] for k in sorted(marks)])
 
 
 def mode_timeline(args):
@@ -172,8 +178,11 @@ def mode_timeline(args):
     want = None
     for cfg in [c for c in args.configs.split(",") if c]:
         seg, carve, mode = cfg.split(":")
+        if mode not in ("std", "none", "end"):
+            raise ValueError(f"--configs: MODE std, none or end, not {mode!r}")
         os.environ["DFLASH2_GDN_SEGMENTS"] = seg
         os.environ["DFLASH2_GDN_OVERLAP_CARVEOUT"] = carve
+        os.environ["DFLASH2_GDN_OVERLAP_OUT"] = "end" if mode == "end" else "segments"
         call = d2.plan_gdn(**ins, variant="chunked_overlap", check_values=False)
         call.launch()
         cuda.synchronize()
@@ -184,18 +193,19 @@ def mode_timeline(args):
         runs = [timeline_run(call.plan, mode) for _ in range(args.reps)]
         got = [host(a).tobytes() for a in call.results()]
         same = None if mode == "none" else got == want      # (no outputs in mode none)
-        i = int(np.argsort([t for t, _ in runs])[len(runs) // 2])
+        i = int(np.argsort([r[0] for r in runs])[len(runs) // 2])
         g = call.plan.scratch.seg
-        rows.append(dict(config=cfg, totals_ms=[t for t, _ in runs], segments=runs[i][1],
+        rows.append(dict(config=cfg, totals_ms=[r[0] for r in runs], segments=runs[i][1],
+                         kernels=runs[i][2],
                          bytes_as_a_whole_call=same,
                          priorities=[stream_priority(x) for x in (g.s_prep, g.s_rec, g.s_out)]))
         print(f"== {cfg}: totals {rows[-1]['totals_ms']}, bytes as a whole call: {same}",
               flush=True)
-        for si, m in enumerate(runs[i][1]):
+        for si, (m, kn) in enumerate(zip(runs[i][1], runs[i][2])):
             print(f"  segment {si}: " + "  ".join(
                 f"{name} {m[2 * k]:7.3f}-{m[2 * k + 1]:7.3f}"
-                for k, name in enumerate(("prep", "rec", "out")[:len(m) // 2])), flush=True)
-    for k in ("DFLASH2_GDN_SEGMENTS", "DFLASH2_GDN_OVERLAP_CARVEOUT"):
+                for k, name in enumerate(kn)), flush=True)
+    for k in ("DFLASH2_GDN_SEGMENTS", "DFLASH2_GDN_OVERLAP_CARVEOUT", "DFLASH2_GDN_OVERLAP_OUT"):
         os.environ.pop(k, None)
     return rows
 

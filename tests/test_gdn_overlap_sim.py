@@ -164,3 +164,25 @@ def test_split_pre_pass_form(monkeypatch):
     monkeypatch.setenv("DFLASH2_GDN_OVERLAP_PREP", "tiles")
     with pytest.raises(ValueError, match="DFLASH2_GDN_OVERLAP_PREP"):
         gdn_prefill(**case, variant="chunked_overlap")
+
+
+def test_outputs_at_the_end(monkeypatch):
+    """DFLASH2_GDN_OVERLAP_OUT=end: one output launch over every slot after the last
+    recurrence instead of one a segment: chunked's bytes; an unknown schedule is refused at
+    plan time."""
+    case = _packed(125)
+    ref_o, ref_s = gdn_prefill(**case, variant="chunked")
+    monkeypatch.setenv("DFLASH2_GDN_SEGMENTS", "3")
+    monkeypatch.setenv("DFLASH2_GDN_OVERLAP_OUT", "end")
+    from dflash2_numba.gdn import chunked_rec as RC
+    from dflash2_numba.gdn import chunked_rec_pipe as RP
+    _registry.route_counters(reset=True)
+    o, s = gdn_prefill(**case, variant="chunked_overlap")
+    counts = _registry.route_counters(reset=True)
+    outs = sum(v for k, v in counts.items() if k in (RC.OUT_NAME, RP.OUT_NAME))
+    assert outs == 1, counts
+    assert oracle.first_mismatch(o, ref_o) is None
+    assert oracle.first_mismatch(s, ref_s) is None
+    monkeypatch.setenv("DFLASH2_GDN_OVERLAP_OUT", "later")
+    with pytest.raises(ValueError, match="DFLASH2_GDN_OVERLAP_OUT"):
+        gdn_prefill(**case, variant="chunked_overlap")

@@ -26,6 +26,16 @@ def copy_blocks(n_rows: int, HV: int, K: int, V: int) -> int:
     return max(1, min(4096, -(-n_rows * HV * K * V // COPY_THREADS)))
 
 
+@cuda.jit(device=True, inline=True)
+def state_element(r, KV, V):
+    """``(value head, row, column)`` of element ``r`` of one ``[HV][K][V]`` state
+    (``KV = K * V``)."""
+    hv = r // KV
+    r -= hv * KV
+    m = r // V
+    return hv, m, r - m * V
+
+
 def gdn_state_gather_kernel(h0, h0_idx, rows):
     """``rows[n] = h0[h0_idx[n]]`` (zeros when ``h0_idx[n] < 0``) for n < len(h0_idx)."""
     HV = rows.shape[1]
@@ -37,11 +47,7 @@ def gdn_state_gather_kernel(h0, h0_idx, rows):
     step = cuda.gridsize(1)
     while e < total:
         n = e // per
-        r = e - n * per
-        hv = r // (K * V)
-        r -= hv * (K * V)
-        m = r // V
-        c = r - m * V
+        hv, m, c = state_element(e - n * per, K * V, V)
         i = h0_idx[n]
         if i >= 0:
             rows[n, hv, m, c] = h0[i, hv, m, c]
@@ -63,11 +69,7 @@ def gdn_state_scatter_kernel(rows, src_row, hT, hT_idx):
         n = e // per
         i = hT_idx[n]
         if i >= 0:
-            r = e - n * per
-            hv = r // (K * V)
-            r -= hv * (K * V)
-            m = r // V
-            c = r - m * V
+            hv, m, c = state_element(e - n * per, K * V, V)
             hT[i, hv, m, c] = rows[src_row[n], hv, m, c]
         e += step
 

@@ -43,7 +43,8 @@ Knobs (plan time): ``DFLASH2_GDN_SEGMENTS`` (segments, at most the number of slo
 ``DFLASH2_GDN_OVERLAP_PREP_THREADS`` (pre-pass threads a CTA, default 128),
 ``DFLASH2_GDN_OVERLAP_PREP`` (which pre-pass kernel: :func:`prep_form`),
 ``DFLASH2_GDN_OVERLAP_CARVEOUT`` (percent, default 100; ``none`` leaves the driver's
-choice), and chunked_rec's.
+choice), ``DFLASH2_GDN_OVERLAP_OUT`` (where the outputs run: :func:`out_schedule`), and
+chunked_rec's.
 """
 from __future__ import annotations
 
@@ -126,11 +127,24 @@ def prep_form() -> str:
     """``DFLASH2_GDN_OVERLAP_PREP``: ``smem`` (chunked_smprep's pre-pass, the default) or
     ``split`` (chunked_split's: slower alone, 2.45 against 1.87 ms at T = 65536, but 78
     registers at sm_90 and 44.8 KB of static shared memory a CTA, so on the H200 two CTAs
-    of up to 96 threads fit beside the recurrence where one of the other fits; prepared,
-    not measured)."""
+    of up to 96 threads fit beside the recurrence where one of the other fits). Measured on
+    the H200 at T = 65536 (CUDA graph, bench/RESULTS.md GDN thirteenth round): ``split``
+    8.44-9.01 ms against ``smem``'s 6.82; kept as a measurement option."""
     form = os.environ.get("DFLASH2_GDN_OVERLAP_PREP", "") or "smem"
     if form not in ("smem", "split"):
         raise ValueError(f"DFLASH2_GDN_OVERLAP_PREP: 'smem' or 'split', not {form!r}")
+    return form
+
+
+def out_schedule() -> str:
+    """``DFLASH2_GDN_OVERLAP_OUT``: ``segments`` (the default: each segment's output on the
+    output stream after its own recurrence) or ``end`` (one output launch over every slot
+    after the last recurrence, the machine to itself: the output kernel's CTAs never fit
+    beside the recurrence, so the per-segment outputs only fill the gaps between
+    recurrence launches, and they delay the next one)."""
+    form = os.environ.get("DFLASH2_GDN_OVERLAP_OUT", "") or "segments"
+    if form not in ("segments", "end"):
+        raise ValueError(f"DFLASH2_GDN_OVERLAP_OUT: 'segments' or 'end', not {form!r}")
     return form
 
 
@@ -216,6 +230,7 @@ def prepare(plan: GdnPlan, stream) -> None:
     else:
         s.prep_kernel = DynShared(_prep, 4 * smem_floats(K), carve)
     s.prep_threads = pthreads
+    s.out_at_end = out_schedule() == "end"
     s.rec.state = DynShared(_state, 4 * rec_floats(K), carve)
     if s.rec.out_name == RP.OUT_NAME:
         s.rec.out = DynShared(_out_pipe, 4 * pipe_floats(K, V), carve)
@@ -292,8 +307,11 @@ def run(plan: GdnPlan, stream, around=_direct, outputs: bool = True) -> None:
     nb = copy_blocks(plan.N, plan.HV, plan.K, plan.V)
     _registry.launch(GATHER_NAME, _gather, nb, COPY_THREADS, g.s_rec, plan.h0, plan.h0_idx,
                      g.rows)
+    at_end = plan.scratch.out_at_end
     for si, seg in enumerate(g.launches):
-        _launch_segment(plan, g, seg, si, around, outputs)
+        _launch_segment(plan, g, seg, si, around, outputs and not at_end)
+    if outputs and at_end:
+        around(len(g.launches), "out", g.s_rec, lambda: RC.launch_out(plan, g.s_rec))
     _registry.launch(SCATTER_NAME, _scatter, nb, COPY_THREADS, g.s_rec, g.rows, g.src_row,
                      plan.hT, plan.hT_idx)
     for ev, st in zip(g.joins, (g.s_prep, g.s_rec, g.s_out)):
