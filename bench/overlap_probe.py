@@ -12,14 +12,14 @@ scheduling is measured; X's bytes are checked afterwards.
 
 ``timeline``: ``chunked_overlap``'s schedule, eagerly launched, with a timing event before
 and after every segment's pre-pass, recurrence and output (ms from the fork), for each
-``--configs`` entry ``SEGMENTS:CARVEOUT:MODE`` (MODE ``std``: the variant's run; ``none``:
-the same without the outputs; ``end``: the outputs in one launch after the last recurrence,
-``DFLASH2_GDN_OVERLAP_OUT=end``). The stream priorities are reported with each entry.
+``--configs`` entry ``SEGMENTS:CARVEOUT:MODE`` (MODE ``std``: the variant's run, its outputs
+in one launch after the last recurrence; ``segments``: each segment's output after its own
+recurrence, ``DFLASH2_GDN_OVERLAP_OUT=segments``; ``none``: no outputs). The stream priorities are reported with each entry.
 Host launch time shows in eager runs, so the times are an upper bound for a graph replay.
 
 Writes ``overlap_<mode>.json`` to ``--out``. Usage on the H200:
 ``python3 bench/overlap_probe.py pair --out $OUT`` /
-``python3 bench/overlap_probe.py timeline --configs 16:100:std,16:100:none --out $OUT``.
+``python3 bench/overlap_probe.py timeline --configs 16:100:std,16:100:segments --out $OUT``.
 The simulator runs both at a small shape (``--small``: H = 1, HV = 2, K = V = 32) for the tests.
 """
 from __future__ import annotations
@@ -150,8 +150,8 @@ def timeline_run(plan, mode):
     """chunked_overlap's own run (:func:`chunked_overlap.run`) with timing events on either
     side of every segment launch; ``(total ms, [[prep start, end, rec start, end(, out
     start, end)] per segment], [kernel names per segment])``, from an event recorded just
-    before the fork. Under ``DFLASH2_GDN_OVERLAP_OUT=end`` the one output launch after the
-    last recurrence is an extra segment entry of its own (kernel ``out``)."""
+    before the fork. The one output launch after the last recurrence (the variant's default
+    schedule) is an extra entry of its own (kernel ``out``)."""
     marks = {}
     names = {}
 
@@ -178,11 +178,11 @@ def mode_timeline(args):
     want = None
     for cfg in [c for c in args.configs.split(",") if c]:
         seg, carve, mode = cfg.split(":")
-        if mode not in ("std", "none", "end"):
-            raise ValueError(f"--configs: MODE std, none or end, not {mode!r}")
+        if mode not in ("std", "segments", "none"):
+            raise ValueError(f"--configs: MODE std, segments or none, not {mode!r}")
         os.environ["DFLASH2_GDN_SEGMENTS"] = seg
         os.environ["DFLASH2_GDN_OVERLAP_CARVEOUT"] = carve
-        os.environ["DFLASH2_GDN_OVERLAP_OUT"] = "end" if mode == "end" else "segments"
+        os.environ["DFLASH2_GDN_OVERLAP_OUT"] = "segments" if mode == "segments" else "end"
         call = d2.plan_gdn(**ins, variant="chunked_overlap", check_values=False)
         call.launch()
         cuda.synchronize()
@@ -216,7 +216,7 @@ def main(argv=None) -> int:
     ap.add_argument("--T", type=int, default=65536)
     ap.add_argument("--small", action="store_true", help="H = 1, HV = 2, K = V = 32")
     ap.add_argument("--carveout", type=int, default=100)
-    ap.add_argument("--configs", default="16:100:std,16:100:none")
+    ap.add_argument("--configs", default="16:100:std,16:100:segments,16:100:none")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)

@@ -97,7 +97,7 @@ for stage in "$@"; do
       grep -vE "Warning|warn\(" "$out/hb_check.log" | tail -n 5; tail -n 4 "$out/hb_cubin.log" ;;
     overlap)
       python3 bench/overlap_probe.py pair --out "$out" > "$out/overlap_pair.log" 2>&1; rc=$?
-      python3 bench/overlap_probe.py timeline --configs "${OVERLAP_CONFIGS:-16:100:std,16:100:none}" \
+      python3 bench/overlap_probe.py timeline --configs "${OVERLAP_CONFIGS:-16:100:std,16:100:segments,16:100:none}" \
           --reps 4 --out "$out" > "$out/overlap_timeline.log" 2>&1 || rc=1
       grep -E "'case'|==" "$out/overlap_pair.log" "$out/overlap_timeline.log" | tail -n 26 ;;
     *) echo "unknown stage $stage"; rc=2 ;;

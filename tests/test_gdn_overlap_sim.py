@@ -166,23 +166,28 @@ def test_split_pre_pass_form(monkeypatch):
         gdn_prefill(**case, variant="chunked_overlap")
 
 
-def test_outputs_at_the_end(monkeypatch):
-    """DFLASH2_GDN_OVERLAP_OUT=end: one output launch over every slot after the last
-    recurrence instead of one a segment: chunked's bytes; an unknown schedule is refused at
-    plan time."""
+@pytest.mark.parametrize("schedule, launches", [("end", 1), ("segments", 3), ("", 1)])
+def test_output_schedules(monkeypatch, schedule, launches):
+    """DFLASH2_GDN_OVERLAP_OUT: ``end`` (the default, also when unset) launches the output
+    kernel once over every slot after the last recurrence, ``segments`` once a segment after
+    its own recurrence: chunked's bytes either way; an unknown schedule is refused at plan
+    time."""
+    from dflash2_numba.gdn import chunked_rec as RC
+    from dflash2_numba.gdn import chunked_rec_pipe as RP
+
     case = _packed(125)
     ref_o, ref_s = gdn_prefill(**case, variant="chunked")
     monkeypatch.setenv("DFLASH2_GDN_SEGMENTS", "3")
-    monkeypatch.setenv("DFLASH2_GDN_OVERLAP_OUT", "end")
-    from dflash2_numba.gdn import chunked_rec as RC
-    from dflash2_numba.gdn import chunked_rec_pipe as RP
+    monkeypatch.setenv("DFLASH2_GDN_OVERLAP_OUT", schedule)
     _registry.route_counters(reset=True)
     o, s = gdn_prefill(**case, variant="chunked_overlap")
     counts = _registry.route_counters(reset=True)
-    outs = sum(v for k, v in counts.items() if k in (RC.OUT_NAME, RP.OUT_NAME))
-    assert outs == 1, counts
+    assert sum(v for k, v in counts.items() if k in (RC.OUT_NAME, RP.OUT_NAME)) == launches, counts
     assert oracle.first_mismatch(o, ref_o) is None
     assert oracle.first_mismatch(s, ref_s) is None
+
+
+def test_unknown_output_schedule_is_refused(monkeypatch):
     monkeypatch.setenv("DFLASH2_GDN_OVERLAP_OUT", "later")
     with pytest.raises(ValueError, match="DFLASH2_GDN_OVERLAP_OUT"):
-        gdn_prefill(**case, variant="chunked_overlap")
+        gdn_prefill(**_packed(126), variant="chunked_overlap")

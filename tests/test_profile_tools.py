@@ -286,7 +286,7 @@ def test_overlap_probe_timeline_rewrites_the_output(tmp_path):
     from bench import overlap_probe as P
 
     assert P.main(["timeline", "--small", "--T", "130", "--configs",
-                   "2:100:std,3:100:none,2:100:end", "--reps", "1", "--out", str(tmp_path)]) == 0
+                   "2:100:segments,3:100:none,2:100:std", "--reps", "1", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "overlap_timeline.json").read_text())
     assert [r["bytes_as_a_whole_call"] for r in rows] == [True, None, True]
     assert [len(r["segments"]) for r in rows] == [2, 3, 3]

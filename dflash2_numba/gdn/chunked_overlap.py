@@ -2,17 +2,20 @@
 the frozen :mod:`dflash2_numba.gdn.chunked` kernel (output and final state, every input).
 
 :mod:`.chunked_rec_pipe`'s three kernels, unchanged, run over segments of the chunk slots
-so that the parallel kernels overlap the sequential one. The slots are cut into ``S``
-contiguous segments; segment ``s``'s pre-pass runs on a low-priority stream, its
+so that the parallel pre-pass overlaps the sequential recurrence. The slots are cut into
+``S`` contiguous segments; segment ``s``'s pre-pass runs on a low-priority stream, its
 recurrence on a high-priority stream after its own pre-pass (and after segment ``s - 1``'s
-recurrence), its output on a third stream after its recurrence. So while the recurrence
-of segment ``s`` runs (one CTA an SM, about a quarter of the SM's FMA rate used: its pace
-is set by shared-memory wavefronts), the pre-pass of later segments runs beside it on the
-same SMs, and the output of earlier ones wherever there is room.
+recurrence). So while the recurrence of segment ``s`` runs (one CTA an SM, about a quarter
+of the SM's FMA rate used: its pace is set by shared-memory wavefronts), the pre-pass of
+later segments runs beside it on the same SMs. The output kernel runs once over every slot
+after the last recurrence (its CTAs never fit beside the recurrence's; the per-segment
+schedule, each segment's output on a third stream after its recurrence, is the knob
+``DFLASH2_GDN_OVERLAP_OUT=segments``).
 
 Why the bits are chunked's: every chunk's pre-pass, recurrence step and output run the
-same kernels, with the same chains, on the same scratch slot as in chunked_rec_pipe; a
-segment's pre-pass and output see a view of the chunk table and scratch that starts at the
+same kernels, with the same chains, on the same scratch slot as in chunked_rec_pipe (the
+output launch at the end is chunked_rec_pipe's own); a segment's pre-pass and output see a
+view of the chunk table and scratch that starts at the
 segment's first slot (each CTA addresses its slot relative to the view, the chunk-start
 states relative to an offset moved by the same amount). A sequence cut by a segment
 boundary continues from an exact FP32 copy of its state: the recurrence launch of the
@@ -33,10 +36,10 @@ does not change chunked_rec_pipe's launches. On sm_70 (96 KB of shared memory an
 pre-pass CTA fits beside the recurrence: there the variant runs one segment (chunked_rec_pipe's
 schedule plus the two state copies).
 
-A call is about 5 S launches and event operations. Launched eagerly, their host time (about
-40 us each on the H200) outruns the GPU work, and the variant is slower than chunked_rec_pipe.
-Capture it in a CUDA graph: the measured gain (bench/RESULTS.md, GDN twelfth round) is under
-graph replay.
+A call is about 4 S launches and event operations. Launched eagerly, their host time (about
+40-100 us each on the H200) outruns the GPU work, and the variant is slower than
+chunked_rec_pipe. Capture it in a CUDA graph: the measured gain (bench/RESULTS.md, GDN twelfth
+and thirteenth rounds) is under graph replay.
 
 Knobs (plan time): ``DFLASH2_GDN_SEGMENTS`` (segments, at most the number of slots; default
 :func:`segment_count`: up to 16, each with at least two pre-pass CTAs an SM),
@@ -137,12 +140,14 @@ def prep_form() -> str:
 
 
 def out_schedule() -> str:
-    """``DFLASH2_GDN_OVERLAP_OUT``: ``segments`` (the default: each segment's output on the
-    output stream after its own recurrence) or ``end`` (one output launch over every slot
-    after the last recurrence, the machine to itself: the output kernel's CTAs never fit
-    beside the recurrence, so the per-segment outputs only fill the gaps between
-    recurrence launches, and they delay the next one)."""
-    form = os.environ.get("DFLASH2_GDN_OVERLAP_OUT", "") or "segments"
+    """``DFLASH2_GDN_OVERLAP_OUT``: ``end`` (the default: one output launch over every slot
+    after the last recurrence, with the machine to itself) or ``segments`` (each segment's
+    output on the output stream after its own recurrence). The output kernel's CTAs never
+    fit beside the recurrence's, so per-segment outputs only run in the gaps between
+    recurrence launches and hold up the next one. Measured on the H200 (CUDA graph,
+    interleaved, bench/RESULTS.md GDN thirteenth round): T = 65536, 16 segments, 6.62 ms
+    against 6.90; T = 32768, 8 segments, 3.41 against 3.53."""
+    form = os.environ.get("DFLASH2_GDN_OVERLAP_OUT", "") or "end"
     if form not in ("segments", "end"):
         raise ValueError(f"DFLASH2_GDN_OVERLAP_OUT: 'segments' or 'end', not {form!r}")
     return form
@@ -322,9 +327,10 @@ def run(plan: GdnPlan, stream, around=_direct, outputs: bool = True) -> None:
 VARIANT = _registry.register(_registry.Variant(
     name="chunked_overlap",
     family="gdn",
-    description="chunked_rec_pipe's kernels over segments of the chunk slots on three "
-                "streams: the pre-pass of later segments and the output of earlier ones run "
-                "beside the recurrence (exact state copies across segment boundaries)",
+    description="chunked_rec_pipe's kernels over segments of the chunk slots on prioritised "
+                "streams: the pre-pass of later segments runs beside the recurrence (exact "
+                "state copies across segment boundaries), the output once after the last "
+                "recurrence",
     contract="B (GDN prefill), chunked family: bit-identical to chunked",
     kernels=(SP.PREP.spec(),
              _registry.KernelSpec(S.PREP_NAME, S.gdn_split_prep_kernel, S._prep_signatures()),
