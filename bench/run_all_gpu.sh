@@ -14,6 +14,8 @@
 #                     under hb_cubin/ for a SASS diff with nvdisasm),
 #           overlap (bench/overlap_probe.py: GDN's parallel kernels beside the recurrence, then
 #                     chunked_overlap's per-segment timeline; OVERLAP_CONFIGS),
+#           overlap-knobs (bench/overlap_knobs.py: chunked_overlap under each KNOBS_CONFIGS entry
+#                     against chunked_rec_pipe at KNOBS_T tokens: bytes, eager and graph times),
 #           ncu-attn (per-instruction Nsight Compute report of one attention split launch at 261888,
 #                     summed per phase by bench/ncu_source_segments.py; NCU_ATTN_VARIANT,
 #                     default tiled_compact)
@@ -76,6 +78,11 @@ for stage in "$@"; do
       rm -f "$out/$n.ncu-rep"
       python3 bench/ncu_source_segments.py "$out/${n}_source.csv" --loops \
           | tee "$out/${n}_segments.txt" || rc=1 ;;
+    overlap-knobs)
+      python3 bench/overlap_knobs.py --T "${KNOBS_T:-65536}" \
+          --configs "${KNOBS_CONFIGS:-::::segments,::::end,8::::end}" --out "$out" \
+          > "$out/overlap_knobs.log" 2>&1; rc=$?
+      grep -E "'what'" "$out/overlap_knobs.log" | cut -c1-200 | tail -n 12 ;;
     ncu-attn)
       v=${NCU_ATTN_VARIANT:-tiled_compact}
       ncu --clock-control none --set full --import-source no -k regex:split_kernel -c 1 \

@@ -293,3 +293,29 @@ def test_overlap_probe_timeline_rewrites_the_output(tmp_path):
     assert [len(m) for m in rows[0]["segments"]] == [6, 6]            # prep, rec, out
     assert [len(m) for m in rows[1]["segments"]] == [4, 4, 4]         # prep, rec
     assert rows[2]["kernels"] == [["prep", "rec"], ["prep", "rec"], ["out"]]   # outputs at the end
+
+
+def test_overlap_knobs_checks_bytes_per_setting(tmp_path, monkeypatch):
+    """bench/overlap_knobs.py plans chunked_overlap under each knob setting (empty fields keep
+    the defaults), checks its bytes against chunked_rec_pipe's and times every call; the knobs
+    it sets do not leak into the environment, and a knob the caller had set is restored."""
+    import json
+    import os
+
+    from bench import overlap_knobs as K
+
+    monkeypatch.setenv("DFLASH2_GDN_OVERLAP_OUT", "segments")
+    assert K.knob_env("2::::end") == {"DFLASH2_GDN_SEGMENTS": "2", "DFLASH2_GDN_OVERLAP_OUT": "end"}
+    with pytest.raises(ValueError, match="--configs"):
+        K.knob_env("1:2:3:4:5:6")
+    assert K.main(["--small", "--T", "130", "--configs", "2::::segments,3::::end",
+                   "--reps", "1", "--rounds", "1", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "overlap_knobs_T130.json").read_text())
+    eager = [r for r in rows if r["what"] == "eager bytes"]
+    assert [(r["segments"], r["out_at_end"], r["same"]) for r in eager] == [(2, False, True),
+                                                                            (3, True, True)]
+    timed = [r for r in rows if r["what"] == "time"]
+    assert [r["config"] for r in timed] == ["chunked_rec_pipe", "2::::segments", "3::::end"]
+    assert all(r["eager_ms"] > 0 for r in timed)
+    assert os.environ["DFLASH2_GDN_OVERLAP_OUT"] == "segments"
+    assert "DFLASH2_GDN_SEGMENTS" not in os.environ
