@@ -42,7 +42,7 @@ chunked_rec_pipe. Capture it in a CUDA graph: the measured gain (bench/RESULTS.m
 and thirteenth rounds) is under graph replay.
 
 Knobs (plan time): ``DFLASH2_GDN_SEGMENTS`` (segments, at most the number of slots; default
-:func:`segment_count`: up to 16, each with at least two pre-pass CTAs an SM),
+:func:`segment_count`: up to 16, each segment's pre-pass at most one wave of CTAs),
 ``DFLASH2_GDN_OVERLAP_PREP_THREADS`` (pre-pass threads a CTA, default 128),
 ``DFLASH2_GDN_OVERLAP_PREP`` (which pre-pass kernel: :func:`prep_form`),
 ``DFLASH2_GDN_OVERLAP_CARVEOUT`` (percent, default 100; ``none`` leaves the driver's
