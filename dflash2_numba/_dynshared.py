@@ -39,7 +39,7 @@ class DynShared:
         if (last is not None and self._prepared_at == _attr_state.generation and len(last) == len(args)
                 and all(a is b for a, b in zip(args, last))):
             return
-        argtypes = tuple(self.kernel.typeof_pyval(a) for a in args)
+        argtypes = _argtypes(self.kernel, args)
         if self.nbytes > 48 * 1024:
             _set_attribute(self.kernel, argtypes, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",
                            self.nbytes)
@@ -96,6 +96,7 @@ def _driver_set(kernel, argtypes, name: str, value: int) -> None:
 
 
 def _argtypes(kernel, args):
+    """The numba types of ``args`` as ``kernel``'s dispatcher would type them."""
     return tuple(kernel.typeof_pyval(a) for a in args)
 
 
