@@ -31,16 +31,11 @@ import os  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-import dflash2_numba as d2  # noqa: E402  (numpy shim before numba)
+import dflash2_numba  # noqa: E402,F401  (numpy shim before numba)
 from _common import Clock, capture_graph, try_import_torch  # noqa: E402
 from dflash2_numba._streams import stream_priority  # noqa: E402
-from numba import cuda  # noqa: E402
-from overlap_probe import inputs  # noqa: E402
+from overlap_probe import KNOBS, inputs, plan_with  # noqa: E402
 from profile_kernels import host  # noqa: E402
-
-KNOBS = ("DFLASH2_GDN_SEGMENTS", "DFLASH2_GDN_OVERLAP_PREP_THREADS",
-         "DFLASH2_GDN_OVERLAP_CARVEOUT", "DFLASH2_GDN_OVERLAP_PREP", "DFLASH2_GDN_OVERLAP_OUT")
-
 
 def knob_env(config: str) -> dict:
     """``{knob: value}`` for one ``--configs`` entry (empty fields left out)."""
@@ -48,19 +43,6 @@ def knob_env(config: str) -> dict:
     if len(fields) > len(KNOBS):
         raise ValueError(f"--configs: at most {len(KNOBS)} fields, not {config!r}")
     return {k: v for k, v in zip(KNOBS, fields) if v}
-
-
-def plan_with(ins, variant, env):
-    """A planned call with ``env`` as the knobs at plan time (the others cleared)."""
-    saved = {k: os.environ.pop(k, None) for k in KNOBS}
-    try:
-        os.environ.update(env)
-        return d2.plan_gdn(**ins, variant=variant, check_values=False)
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None)
-            if v is not None:
-                os.environ[k] = v
 
 
 def results_bytes(call):

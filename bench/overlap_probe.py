@@ -48,6 +48,24 @@ from numba import cuda  # noqa: E402
 from profile_kernels import gdn_inputs, host  # noqa: E402
 
 
+KNOBS = ("DFLASH2_GDN_SEGMENTS", "DFLASH2_GDN_OVERLAP_PREP_THREADS",
+         "DFLASH2_GDN_OVERLAP_CARVEOUT", "DFLASH2_GDN_OVERLAP_PREP", "DFLASH2_GDN_OVERLAP_OUT")
+
+
+def plan_with(ins, variant, env):
+    """A planned call with ``env`` as chunked_overlap's knobs at plan time (the other
+    :data:`KNOBS` cleared); the caller's environment is restored afterwards."""
+    saved = {k: os.environ.pop(k, None) for k in KNOBS}
+    try:
+        os.environ.update(env)
+        return d2.plan_gdn(**ins, variant=variant, check_values=False)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+
+
 def inputs(T, seed, small):
     if not small:
         return gdn_inputs(T, seed)
@@ -180,10 +198,9 @@ def mode_timeline(args):
         seg, carve, mode = cfg.split(":")
         if mode not in ("std", "segments", "none"):
             raise ValueError(f"--configs: MODE std, segments or none, not {mode!r}")
-        os.environ["DFLASH2_GDN_SEGMENTS"] = seg
-        os.environ["DFLASH2_GDN_OVERLAP_CARVEOUT"] = carve
-        os.environ["DFLASH2_GDN_OVERLAP_OUT"] = "segments" if mode == "segments" else "end"
-        call = d2.plan_gdn(**ins, variant="chunked_overlap", check_values=False)
+        call = plan_with(ins, "chunked_overlap", {
+            "DFLASH2_GDN_SEGMENTS": seg, "DFLASH2_GDN_OVERLAP_CARVEOUT": carve,
+            "DFLASH2_GDN_OVERLAP_OUT": "segments" if mode == "segments" else "end"})
         call.launch()
         cuda.synchronize()
         if want is None:
@@ -205,8 +222,6 @@ def mode_timeline(args):
             print(f"  segment {si}: " + "  ".join(
                 f"{name} {m[2 * k]:7.3f}-{m[2 * k + 1]:7.3f}"
                 for k, name in enumerate(kn)), flush=True)
-    for k in ("DFLASH2_GDN_SEGMENTS", "DFLASH2_GDN_OVERLAP_CARVEOUT", "DFLASH2_GDN_OVERLAP_OUT"):
-        os.environ.pop(k, None)
     return rows
 
 

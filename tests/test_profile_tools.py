@@ -276,15 +276,18 @@ def test_rec_loop_micro_forms_compute_the_same_bytes():
         assert summary["phase1_cycles_per_pass"] > 0 and summary["phase2_cycles_per_pass"] > 0
 
 
-def test_overlap_probe_timeline_rewrites_the_output(tmp_path):
+def test_overlap_probe_timeline_rewrites_the_output(tmp_path, monkeypatch):
     """bench/overlap_probe.py's timeline runs chunked_overlap's own schedule with events
     around each segment launch: with the output refilled with NaN first it must give a whole
     call's bytes, with marks for each segment's pre-pass, recurrence and output (none for the
     output when it is left out)."""
     import json
 
+    import os
+
     from bench import overlap_probe as P
 
+    monkeypatch.setenv("DFLASH2_GDN_SEGMENTS", "5")          # the caller's knob survives
     assert P.main(["timeline", "--small", "--T", "130", "--configs",
                    "2:100:segments,3:100:none,2:100:std", "--reps", "1", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "overlap_timeline.json").read_text())
@@ -293,6 +296,8 @@ def test_overlap_probe_timeline_rewrites_the_output(tmp_path):
     assert [len(m) for m in rows[0]["segments"]] == [6, 6]            # prep, rec, out
     assert [len(m) for m in rows[1]["segments"]] == [4, 4, 4]         # prep, rec
     assert rows[2]["kernels"] == [["prep", "rec"], ["prep", "rec"], ["out"]]   # outputs at the end
+    assert os.environ["DFLASH2_GDN_SEGMENTS"] == "5"
+    assert "DFLASH2_GDN_OVERLAP_OUT" not in os.environ
 
 
 def test_overlap_knobs_checks_bytes_per_setting(tmp_path, monkeypatch):
