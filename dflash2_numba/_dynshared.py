@@ -63,7 +63,9 @@ class DynShared:
 class _AttributeState:
     """The attribute values this process has set, per (kernel, overload, attribute), and a
     generation counted up at every change (an instance's remembered launch is stale once
-    any attribute changed after it: another instance may share its kernel)."""
+    any attribute changed after it: another instance may share its kernel). Keyed by the
+    kernel object (identity hash), which the entry keeps alive, not by its ``id``: a kernel
+    a script builds and drops cannot pass its entry to a new one at the same address."""
 
     def __init__(self):
         self.values = {}
@@ -76,7 +78,7 @@ _attr_state = _AttributeState()
 def _set_attribute(kernel, argtypes, name: str, value: int) -> None:
     """``name`` = ``value`` on ``kernel``'s overload for the numba types ``argtypes``, unless
     this process already set that value there."""
-    key = (id(kernel), argtypes, name)
+    key = (kernel, argtypes, name)
     if _attr_state.values.get(key) == int(value):
         return
     _driver_set(kernel, argtypes, name, int(value))

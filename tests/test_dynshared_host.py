@@ -112,3 +112,16 @@ def test_public_setters_set_once_per_value(gpu_path):
     assert [c[2:] for c in gpu_path] == [("PREFERRED_SHARED_MEMORY_CARVEOUT", 100),
                                          ("MAX_DYNAMIC_SHARED_SIZE_BYTES", 100 * 1024),
                                          ("PREFERRED_SHARED_MEMORY_CARVEOUT", 0)]
+
+
+def test_attribute_memory_is_per_kernel_object(gpu_path):
+    """Two kernels, each asked for the same value with the same argument types: each gets
+    its own driver call, and the memory holds the kernel objects themselves (not their
+    addresses, which a dropped kernel could pass on to a new one)."""
+    args = (np.zeros(2, np.float32),)
+    k1, k2 = FakeKernel(), FakeKernel()
+    DS.set_carveout(k1, args, 100)
+    DS.set_carveout(k2, args, 100)
+    assert [c[0] for c in gpu_path] == [k1, k2]
+    kernels = [key[0] for key in DS._attr_state.values]
+    assert any(k is k1 for k in kernels) and any(k is k2 for k in kernels)
