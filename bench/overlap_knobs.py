@@ -2,9 +2,11 @@
 """``chunked_overlap`` under several knob settings against ``chunked_rec_pipe``, in one run:
 bytes, then eager and CUDA-graph timings in interleaved rounds.
 
-Each ``--configs`` entry is ``SEGMENTS:PREP_THREADS:CARVEOUT:PREP:OUT`` (the plan-time knobs
-``DFLASH2_GDN_SEGMENTS``, ``_OVERLAP_PREP_THREADS``, ``_OVERLAP_CARVEOUT``, ``_OVERLAP_PREP``,
-``_OVERLAP_OUT``); a field left empty, or missing at the end, keeps the variant's default.
+Each ``--configs`` entry is ``SEGMENTS:PREP_THREADS:CARVEOUT:PREP:OUT:ROWS`` (the plan-time
+knobs ``DFLASH2_GDN_SEGMENTS``, ``_OVERLAP_PREP_THREADS``, ``_OVERLAP_CARVEOUT``,
+``_OVERLAP_PREP``, ``_OVERLAP_OUT`` and the recurrence's ``_REC_ROWS``, written with ``/``
+for its comma: ``2p/0``); a field left empty, or missing at the end, keeps the variant's
+default. The baseline ``chunked_rec_pipe`` is planned with every knob at its default.
 Every call is planned once and checked byte for byte (output and final state) against
 ``chunked_rec_pipe``'s, eagerly and after a graph replay that starts from a zeroed output.
 Timing: per round, every call eagerly and as a graph replay (``--reps`` calls each, CUDA
@@ -42,7 +44,7 @@ def knob_env(config: str) -> dict:
     fields = config.split(":")
     if len(fields) > len(KNOBS):
         raise ValueError(f"--configs: at most {len(KNOBS)} fields, not {config!r}")
-    return {k: v for k, v in zip(KNOBS, fields) if v}
+    return {k: v.replace("/", ",") for k, v in zip(KNOBS, fields) if v}
 
 
 def results_bytes(call):

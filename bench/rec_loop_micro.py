@@ -10,7 +10,9 @@ on the SM.
 Per warp, ``%clock64`` around the phase-1 passes and around the phase-2 passes; printed:
 median cycles per pass and per step (K steps in phase 1, C in phase 2) for each
 configuration ``COMPxR1xR2`` (compute threads, rows of a phase-1 unit, rows of a phase-2
-unit, 0 for the half-row units of six columns; twelve state columns, K = 128). The whole shared array is written to a sink at the end, so
+unit, 0 for the half-row units of six columns, ``2p`` / ``2s`` for the two-row phase-1
+units placed two column groups a warp / over four warps (``place_unit``); twelve state
+columns, K = 128). The whole shared array is written to a sink at the end, so
 nothing is optimised away and the forms' bytes can be compared. Used on a GPU (one device call):
 
     python3 bench/rec_loop_micro.py --out $OUT --configs 96x2x4,192x1x2,128x2x4
@@ -33,9 +35,11 @@ from numba import types  # noqa: E402
 import dflash2_numba  # noqa: E402,F401  (numpy shim before numba)
 from dflash2_numba._compat import cuda, jit_bounded  # noqa: E402
 from dflash2_numba.gdn._common import C  # noqa: E402
-from dflash2_numba.gdn._split_state_rec import (rec_floats, rec_phase1_half,  # noqa: E402
-                                                rec_phase1_unit, rec_regions,
-                                                rec_state_half, rec_state_unit)
+from dflash2_numba.gdn._split_state_rec import (PLACE_SPREAD, place_unit,  # noqa: E402
+                                                rec_floats, rec_phase1_half,
+                                                rec_phase1_rows2, rec_phase1_unit,
+                                                rec_regions, rec_state_half, rec_state_unit)
+from dflash2_numba.gdn.chunked_rec import PLACEMENTS  # noqa: E402
 from bench._state_phase_clock import clk  # noqa: E402
 
 COLS = 12
@@ -58,6 +62,11 @@ def _micro(sink, cycles, K, n1, nq, reps):
         if n1 == 0:
             for u in range(tid, 2 * C, ncomp):
                 rec_phase1_half(sm, u, K, off_u)
+        elif n1 < 0:                            # (two-row units, placed: place_unit)
+            for u in range(tid, 128 if n1 == -PLACE_SPREAD else 96, ncomp):
+                k1, g1, act = place_unit(u, -n1)
+                if act:
+                    rec_phase1_rows2(sm, k1, g1, K, off_u)
         else:
             for u in range(tid, n1 * ncg, ncomp):
                 rec_phase1_unit(sm, u, n1, K, off_u)
@@ -97,7 +106,11 @@ def run_config(comp: int, r1: int, r2: int, K: int = 128, reps: int = 64, blocks
     block (int64 [blocks, warps, 2]) and the sink."""
     from dflash2_numba._dynshared import DynShared
 
-    n1 = C // r1 if r1 else 0            # (0: the half-row units of six columns)
+    if r1 in PLACEMENTS:                 # (two-row units, placed)
+        n1 = -PLACEMENTS[r1]
+    else:
+        r1 = int(r1)
+        n1 = C // r1 if r1 else 0        # (0: the half-row units of six columns)
     nq = K // r2 if r2 else 0
     nw = -(-comp // 32)
     cycles = cuda.to_device(np.zeros((blocks, nw, 2), np.int64))
@@ -114,7 +127,10 @@ def run_config(comp: int, r1: int, r2: int, K: int = 128, reps: int = 64, blocks
 def summarise(cyc: np.ndarray, comp: int, r1: int, r2: int, K: int, reps: int) -> dict:
     """Median cycles per pass and per step of each phase over the busy warps (warps with a
     unit in the phase)."""
-    u1 = C // r1 * COLS // 4 if r1 else 2 * C        # units of each phase
+    if r1 in PLACEMENTS:                             # units (thread slots) of each phase
+        u1 = 128 if PLACEMENTS[r1] == PLACE_SPREAD else 96
+    else:
+        u1 = C // int(r1) * COLS // 4 if int(r1) else 2 * C
     u2 = K // r2 * COLS // 4 if r2 else K
     out = {"config": f"{comp}x{r1}x{r2}"}
     for ph, units, steps in ((0, u1, K), (1, u2, C)):
@@ -135,7 +151,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     rows = []
     for entry in [e for e in args.configs.split(",") if e]:
-        comp, r1, r2 = (int(x) for x in entry.split("x"))
+        f0, r1, f2 = entry.split("x")
+        comp, r2 = int(f0), int(f2)
         cyc, _ = run_config(comp, r1, r2, reps=args.reps, blocks=args.blocks)
         rows.append(summarise(cyc, comp, r1, r2, 128, args.reps))
         print(rows[-1], flush=True)

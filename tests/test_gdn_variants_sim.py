@@ -227,24 +227,28 @@ def test_state_staging_does_not_change_bits(monkeypatch, variant, stage_kp):
     _assert_same(s, ref_s, f"{variant} stage_kp={stage_kp}: final state")
 
 
-@pytest.mark.parametrize("rows", ["1,2", "2,4", "1,4", "2,2", "0,0", "2,0", "0,4"])
+@pytest.mark.parametrize("rows", ["1,2", "2,4", "1,4", "2,2", "0,0", "2,0", "0,4", "2p,0", "2s,0",
+                                  "2s,4"])
 def test_rec_unit_rows_do_not_change_bits(monkeypatch, rows):
     """chunked_rec's phase-1 units of one or two rows and phase-2 state units of two or
     four rows (``DFLASH2_GDN_REC_ROWS``), or either phase's half-row units (0: six of a
     twelve-column item's columns a thread; the last item of each value head, 8 columns
-    wide here, takes two- / four-row units), run the same chains: the frozen kernel's
-    bytes."""
+    wide here, takes two- / four-row units), and the two-row phase-1 units placed two
+    column groups a warp (``2p``) or over four warps (``2s``), run the same chains: the
+    frozen kernel's bytes."""
     if "chunked_rec" not in VARIANTS:
         pytest.skip("chunked_rec not registered")
     monkeypatch.setenv("DFLASH2_GDN_REC_ROWS", rows)
-    r1, r2 = (int(x) for x in rows.split(","))
-    if 0 in (r1, r2):                   # (twelve-column items: V = 32 is 12 + 12 + 8)
+    f1, f2 = rows.split(",")
+    placed = {"2p": -1, "2s": -2}.get(f1)
+    r1, r2 = (2 if placed else int(f1)), int(f2)
+    if 0 in (r1, r2) or placed:         # (twelve-column items: V = 32 is 12 + 12 + 8)
         from dflash2_numba.gdn import chunked_split
 
         monkeypatch.setattr(chunked_split, "COLS", 12)
     ref_o, ref_s = _reference(KNOB_CASE, "float32")
     call = plan_gdn(**_inputs(KNOB_CASE), variant="chunked_rec", out_dtype="float32")
-    want = (64 // r1 if r1 else 0, 32 // r2 if r2 else 0)
+    want = (placed or (64 // r1 if r1 else 0), 32 // r2 if r2 else 0)
     assert (int(call.plan.scratch.rec.n1), int(call.plan.scratch.rec.nq)) == want
     call.launch()
     o, s = (np.asarray(x.copy_to_host()) if hasattr(x, "copy_to_host") else x

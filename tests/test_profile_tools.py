@@ -261,13 +261,14 @@ def test_ncu_source_loops_follow_backward_branches(tmp_path):
 
 def test_rec_loop_micro_forms_compute_the_same_bytes():
     """bench/rec_loop_micro.py: the recurrence's compute units alone, in each unit form
-    (two- / four-row units, one- / two-row units, the half-row units of six columns), leave
+    (two- / four-row units, one- / two-row units, the half-row units of six columns, the
+    two-row phase-1 units placed two column groups a warp or over four warps), leave
     the same shared-memory bytes (the same chains on the same operands), and stamp every
     busy warp's two phases."""
     from bench import rec_loop_micro as M
 
     runs = {cfg: M.run_config(*cfg, reps=2, blocks=1) for cfg in
-            [(32, 2, 4), (32, 1, 2), (64, 0, 0), (64, 2, 0)]}
+            [(32, 2, 4), (32, 1, 2), (64, 0, 0), (64, 2, 0), (64, "2p", 0), (32, "2s", 4)]}
     ref = runs[(32, 2, 4)][1]
     assert np.abs(ref).max() > 0
     for cfg, (cyc, sink) in runs.items():
@@ -311,16 +312,19 @@ def test_overlap_knobs_checks_bytes_per_setting(tmp_path, monkeypatch):
 
     monkeypatch.setenv("DFLASH2_GDN_OVERLAP_OUT", "segments")
     assert K.knob_env("2::::end") == {"DFLASH2_GDN_SEGMENTS": "2", "DFLASH2_GDN_OVERLAP_OUT": "end"}
+    assert K.knob_env(":::::2p/0") == {"DFLASH2_GDN_REC_ROWS": "2p,0"}
     with pytest.raises(ValueError, match="--configs"):
-        K.knob_env("1:2:3:4:5:6")
-    assert K.main(["--small", "--T", "130", "--configs", "2::::segments,3::::end",
+        K.knob_env("1:2:3:4:5:6:7")
+    assert K.main(["--small", "--T", "130", "--configs", "2::::segments,3::::end:2s/0",
                    "--reps", "1", "--rounds", "1", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "overlap_knobs_T130.json").read_text())
     eager = [r for r in rows if r["what"] == "eager bytes"]
     assert [(r["segments"], r["out_at_end"], r["same"]) for r in eager] == [(2, False, True),
                                                                             (3, True, True)]
     timed = [r for r in rows if r["what"] == "time"]
-    assert [r["config"] for r in timed] == ["chunked_rec_pipe", "2::::segments", "3::::end"]
+    assert [r["config"] for r in timed] == ["chunked_rec_pipe", "2::::segments",
+                                            "3::::end:2s/0"]
     assert all(r["eager_ms"] > 0 for r in timed)
     assert os.environ["DFLASH2_GDN_OVERLAP_OUT"] == "segments"
     assert "DFLASH2_GDN_SEGMENTS" not in os.environ
+    assert "DFLASH2_GDN_REC_ROWS" not in os.environ

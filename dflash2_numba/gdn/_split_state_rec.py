@@ -231,13 +231,50 @@ def rec_phase1_unit(sm, u, n1, K, off_u):
         a0, a1, a2 = dot_h(sm, OFF_WQ + k, C, sm, c4, K, 1)
         st4(sm, OFF_VN + k * VS + c4, sub4(ld4(sm, off_u + k * VS + c4), a0))
     else:
-        r0 = 2 * k
-        z4 = (ZERO, ZERO, ZERO, ZERO)
-        a0, a1 = rows2_ahead(sm, OFF_WQ + r0, C, sm, c4, z4, z4, K)
-        pr = r0 * VS + c4
-        pu = off_u + pr
-        st4(sm, OFF_VN + pr, sub4(ld4(sm, pu), a0))
-        st4(sm, OFF_VN + pr + VS, sub4(ld4(sm, pu + VS), a1))
+        rec_phase1_rows2(sm, k, g, K, off_u)
+
+
+@_dev
+def rec_phase1_rows2(sm, k, g, K, off_u):
+    """Chunked step 6 for rows ``2k``, ``2k + 1`` and columns ``4g .. 4g + 3``
+    (:func:`rows2_ahead`: ``phase1_unit``'s W^T product, m ascending from 0; ``vn = U -
+    wh``): the two-row unit, wherever a placement puts it."""
+    r0 = 2 * k
+    c4 = 4 * g
+    z4 = (ZERO, ZERO, ZERO, ZERO)
+    a0, a1 = rows2_ahead(sm, OFF_WQ + r0, C, sm, c4, z4, z4, K)
+    pr = r0 * VS + c4
+    pu = off_u + pr
+    st4(sm, OFF_VN + pr, sub4(ld4(sm, pu), a0))
+    st4(sm, OFF_VN + pr + VS, sub4(ld4(sm, pu + VS), a1))
+
+
+PLACE_GROUP = 0     # phase-1 two-row units of a twelve-column item: a warp a column group
+PLACE_PAIRS = 1     # two column groups a warp, 16 row pairs each (and one warp of group 2)
+PLACE_SPREAD = 2    # four warps of 24 lanes: eight row pairs x three column groups each
+
+
+@_dev
+def place_unit(s, place):
+    """``(k, g, active)``: the two-row phase-1 unit (row pair ``k`` of 32, column group
+    ``g`` of 3) that thread slot ``s`` runs in a twelve-column item.
+
+    * ``PLACE_PAIRS``: slots 0-63 take column groups 0 and 1 in neighbouring lanes, a warp
+      16 row pairs (its W^T load: 32 rows, one 128-byte wavefront; its h load: two float4,
+      one wavefront); slots 64-95 take column group 2, a lane a row pair (as
+      ``unit_place``);
+    * ``PLACE_SPREAD``: warp ``s >> 5``'s lanes 0-23 take row pairs ``8 (s >> 5) .. + 7``
+      x the three column groups (lane = 3 x pair + group), lanes 24-31 rest: four warps
+      share the work (16 rows: a 64-byte W^T load; three float4 of h: one wavefront).
+
+    Which thread runs a unit changes; its chains do not."""
+    if place == PLACE_PAIRS:
+        if s < 64:
+            return s >> 1, s & 1, True
+        return s - 64, 2, True
+    lane = s & 31
+    q = lane // 3
+    return 8 * (s >> 5) + q, lane - 3 * q, lane < 24
 
 
 @_dev
@@ -425,6 +462,12 @@ def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, 
         block_sync()
         half1 = n1 == 0 and ncg == 3             # half-row units (twelve-column items)
         half2 = nq == 0 and ncg == 3
+        place = PLACE_GROUP
+        if n1 < 0:                               # two-row units, placed (place_unit)
+            place = -n1
+            n1 = C // 2
+        placed = place != PLACE_GROUP and ncg == 3
+        nslot = 128 if place == PLACE_SPREAD else 96
         if n1 == 0:                              # (other items: two- / four-row units)
             n1 = C // 2
         if nq == 0:
@@ -437,6 +480,11 @@ def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, 
             if half1:
                 for u in range(tid, 2 * C, ncomp):
                     rec_phase1_half(sm, u, K, off_u)
+            elif placed:
+                for u in range(tid, nslot, ncomp):
+                    k1, g1, act = place_unit(u, place)
+                    if act:
+                        rec_phase1_rows2(sm, k1, g1, K, off_u)
             else:
                 for u in range(tid, n1 * ncg, ncomp):
                     rec_phase1_unit(sm, u, n1, K, off_u)

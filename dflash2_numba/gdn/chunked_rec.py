@@ -25,7 +25,9 @@ recurrence CTA (default 128,128, at most 256 in all; whole warps of copy threads
 ``DFLASH2_GDN_REC_ROWS`` = ``r1,r2``, rows of a phase-1 unit (1 or 2) and of a phase-2
 state unit (2 or 4), or 0 for a phase's half-row units (six of a twelve-column item's
 columns a thread) (default 2,0: 96 phase-1 units of two rows x four columns, 128
-phase-2 units of two rows x six columns at twelve columns), and
+phase-2 units of two rows x six columns at twelve columns); ``r1`` = ``2p`` or ``2s``
+places a twelve-column item's two-row phase-1 units two column groups a warp or over four
+warps of 24 lanes (``_split_state_rec.place_unit``), and
 chunked_split's ``DFLASH2_GDN_SPLIT_COLS`` (state columns per CTA).
 """
 from __future__ import annotations
@@ -43,7 +45,7 @@ from . import chunked_split as S
 from . import chunked_ws as W
 from ._chunk_output import gdn_chunk_out_kernel, out_floats, out_threads
 from ._common import C, GdnPlan
-from ._split_state_rec import gdn_rec_state_kernel, rec_floats
+from ._split_state_rec import PLACE_PAIRS, PLACE_SPREAD, gdn_rec_state_kernel, rec_floats
 from .chunked_smprep import PREP
 from .chunked_smprep import supports as smprep_supports
 
@@ -54,6 +56,7 @@ STATE_LAUNCH_BOUNDS = (MAX_THREADS, 1)
 OUT_LAUNCH_BOUNDS = (256, 2)
 DEFAULT_THREADS = (128, 128)      # (H200, T = 65536: bench/RESULTS.md, GDN ninth round)
 DEFAULT_ROWS = "2,0"
+PLACEMENTS = {"2p": PLACE_PAIRS, "2s": PLACE_SPREAD}   # (DFLASH2_GDN_REC_ROWS's r1 field)
 SIM_THREADS = (32, 32)
 
 _state = jit_bounded(gdn_rec_state_kernel, STATE_LAUNCH_BOUNDS)
@@ -95,7 +98,13 @@ def knob_units(K: int):
     ``(C / r1, K / r2)``; 0 for a phase's half-row units (six of a twelve-column item's
     columns a thread; items of other widths then take two- / four-row units)."""
     raw = os.environ.get("DFLASH2_GDN_REC_ROWS", "") or DEFAULT_ROWS
-    r1, r2 = (int(x) for x in raw.split(","))
+    f1, f2 = raw.split(",")
+    if f1 in PLACEMENTS:                 # two-row phase-1 units, placed (place_unit)
+        n1 = -PLACEMENTS[f1]
+        r2 = int(f2)
+        nq = 0 if r2 == 0 else (K // 4 if r2 == 4 else K // 2)
+        return n1, nq
+    r1, r2 = int(f1), int(f2)
     n1 = 0 if r1 == 0 else (C // 2 if r1 == 2 else C)
     nq = 0 if r2 == 0 else (K // 4 if r2 == 4 else K // 2)
     return n1, nq
