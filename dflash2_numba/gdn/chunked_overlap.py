@@ -29,10 +29,12 @@ recurrence kernel does).
 Co-residence (the point of the variant) needs the recurrence CTA (256 threads, about 182
 registers, 81 KB of shared memory at K = 128) and a pre-pass CTA on one SM: the pre-pass
 runs 128 threads a CTA (16 K registers; 87.8 KB of shared memory), and all three kernels
-ask for the largest shared-memory carveout (an SM's split of L1 and shared memory is fixed
+ask for a shared-memory carveout of 80 % (an SM's split of L1 and shared memory is fixed
 while CTAs run on it; with the driver's default the recurrence's SMs keep too little shared
-memory for a pre-pass CTA). These are the variant's own compiled kernels, so the carveout
-does not change chunked_rec_pipe's launches. On sm_70 (96 KB of shared memory an SM) no
+memory for a pre-pass CTA; on the H200 80 % holds both CTAs and was 3 % faster than 86 or
+100 %, while 70 % and less no longer hold them: bench/RESULTS.md, GDN fourteenth round).
+These are the variant's own compiled kernels, so the carveout does not change
+chunked_rec_pipe's launches. On sm_70 (96 KB of shared memory an SM) no
 pre-pass CTA fits beside the recurrence: there the variant runs one segment (chunked_rec_pipe's
 schedule plus the two state copies).
 
@@ -45,7 +47,7 @@ Knobs (plan time): ``DFLASH2_GDN_SEGMENTS`` (segments, at most the number of slo
 :func:`segment_count`: up to 16, each segment's pre-pass at most one wave of CTAs),
 ``DFLASH2_GDN_OVERLAP_PREP_THREADS`` (pre-pass threads a CTA, default 128),
 ``DFLASH2_GDN_OVERLAP_PREP`` (which pre-pass kernel: :func:`prep_form`),
-``DFLASH2_GDN_OVERLAP_CARVEOUT`` (percent, default 100; ``none`` leaves the driver's
+``DFLASH2_GDN_OVERLAP_CARVEOUT`` (percent, default 80; ``none`` leaves the driver's
 choice), ``DFLASH2_GDN_OVERLAP_OUT`` (where the outputs run: :func:`out_schedule`), and
 chunked_rec's.
 """
@@ -76,7 +78,7 @@ GATHER_NAME = "gdn_state_gather"
 SCATTER_NAME = "gdn_state_scatter"
 DEFAULT_SEGMENTS = 16
 DEFAULT_PREP_THREADS = 128
-DEFAULT_CARVEOUT = "100"
+DEFAULT_CARVEOUT = "80"      # (H200, T = 65536: 6.44-6.50 ms against 6.63-6.72 at 100)
 
 # the variant's own compiled kernels (their carveout attribute is theirs alone)
 _prep = jit_bounded(gdn_smem_prep_kernel, SP.PREP_LAUNCH_BOUNDS)
