@@ -35,8 +35,8 @@ from numba import types  # noqa: E402
 import dflash2_numba  # noqa: E402,F401  (numpy shim before numba)
 from dflash2_numba._compat import cuda, jit_bounded  # noqa: E402
 from dflash2_numba.gdn._common import C  # noqa: E402
-from dflash2_numba.gdn._split_state_rec import (PLACE_SPREAD, place_unit,  # noqa: E402
-                                                rec_floats, rec_phase1_half,
+from dflash2_numba.gdn._split_state_rec import (PLACE_SPREAD, place_slots,  # noqa: E402
+                                                place_unit, rec_floats, rec_phase1_half,
                                                 rec_phase1_rows2, rec_phase1_unit,
                                                 rec_regions, rec_state_half, rec_state_unit)
 from dflash2_numba.gdn.chunked_rec import PLACEMENTS  # noqa: E402
@@ -63,7 +63,7 @@ def _micro(sink, cycles, K, n1, nq, reps):
             for u in range(tid, 2 * C, ncomp):
                 rec_phase1_half(sm, u, K, off_u)
         elif n1 < 0:                            # (two-row units, placed: place_unit)
-            for u in range(tid, 128 if n1 == -PLACE_SPREAD else 96, ncomp):
+            for u in range(tid, place_slots(-n1), ncomp):
                 k1, g1, act = place_unit(u, -n1)
                 if act:
                     rec_phase1_rows2(sm, k1, g1, K, off_u)

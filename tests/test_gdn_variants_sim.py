@@ -257,6 +257,16 @@ def test_rec_unit_rows_do_not_change_bits(monkeypatch, rows):
     _assert_same(s, ref_s, f"chunked_rec rows={rows}: final state")
 
 
+@pytest.mark.parametrize("raw", ["2", "2q,0", "3,0", "2,3", "2,0,1", "2p"])
+def test_rec_rows_knob_is_checked(monkeypatch, raw):
+    """A ``DFLASH2_GDN_REC_ROWS`` that names no unit form is refused, naming the knob."""
+    from dflash2_numba.gdn import chunked_rec
+
+    monkeypatch.setenv("DFLASH2_GDN_REC_ROWS", raw)
+    with pytest.raises(ValueError, match="DFLASH2_GDN_REC_ROWS"):
+        chunked_rec.knob_units(128)
+
+
 def test_rec_chunk_start_states_are_chunked_states():
     """What chunked_rec's recurrence hands its output kernel: the state at the start of
     chunk ci (the chunk-start region of the scratch) is, byte for byte, the frozen kernel's

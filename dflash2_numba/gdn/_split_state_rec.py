@@ -255,6 +255,13 @@ PLACE_SPREAD = 2    # four warps of 24 lanes: eight row pairs x three column gro
 
 
 @_dev
+def place_slots(place):
+    """Thread slots the phase-1 loop walks under a placement (:func:`place_unit`): 96, or
+    128 for ``PLACE_SPREAD`` (four warps, eight lanes each at rest)."""
+    return 128 if place == PLACE_SPREAD else 96
+
+
+@_dev
 def place_unit(s, place):
     """``(k, g, active)``: the two-row phase-1 unit (row pair ``k`` of 32, column group
     ``g`` of 3) that thread slot ``s`` runs in a twelve-column item.
@@ -467,7 +474,7 @@ def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, 
             place = -n1
             n1 = C // 2
         placed = place != PLACE_GROUP and ncg == 3
-        nslot = 128 if place == PLACE_SPREAD else 96
+        nslot = place_slots(place)
         if n1 == 0:                              # (other items: two- / four-row units)
             n1 = C // 2
         if nq == 0:

@@ -98,15 +98,15 @@ def knob_units(K: int):
     ``(C / r1, K / r2)``; 0 for a phase's half-row units (six of a twelve-column item's
     columns a thread; items of other widths then take two- / four-row units)."""
     raw = os.environ.get("DFLASH2_GDN_REC_ROWS", "") or DEFAULT_ROWS
-    f1, f2 = raw.split(",")
-    if f1 in PLACEMENTS:                 # two-row phase-1 units, placed (place_unit)
+    f1, _, f2 = raw.partition(",")
+    if f1 not in ("0", "1", "2", *PLACEMENTS) or f2 not in ("0", "2", "4"):
+        raise ValueError(f"DFLASH2_GDN_REC_ROWS: 'r1,r2' (r1 0, 1, 2, 2p or 2s; r2 0, 2 "
+                         f"or 4), not {raw!r}")
+    if f1 in PLACEMENTS:                 # (two-row units, placed)
         n1 = -PLACEMENTS[f1]
-        r2 = int(f2)
-        nq = 0 if r2 == 0 else (K // 4 if r2 == 4 else K // 2)
-        return n1, nq
-    r1, r2 = int(f1), int(f2)
-    n1 = 0 if r1 == 0 else (C // 2 if r1 == 2 else C)
-    nq = 0 if r2 == 0 else (K // 4 if r2 == 4 else K // 2)
+    else:
+        n1 = {"0": 0, "1": C, "2": C // 2}[f1]
+    nq = {"0": 0, "2": K // 2, "4": K // 4}[f2]
     return n1, nq
 
 
