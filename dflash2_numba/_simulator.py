@@ -4,7 +4,10 @@
    (:func:`._compat.fma32_exact`); the simulator's own is ``a*b + c``.
 2. ``cuda.shared.array`` finds its allocating source line from the caller's frame
    instead of ``traceback.extract_stack`` (which reads source files on every call
-   of every simulated thread).
+   of every simulated thread), and the first threads of a block to reach it agree on
+   one array: the simulator's own check-then-store let two threads that both found no
+   array each make one, and the one whose array was overwritten computed alone on it
+   (a rare, timing-dependent wrong result).
 3. A thread block waits for its threads on a condition variable instead of
    busy-polling them (the poll loop holds the GIL the simulated threads need).
    Semantics are the simulator's: a barrier opens when every live thread of the
@@ -52,8 +55,9 @@ def install() -> None:
         if res is None:
             if isinstance(dtype, nb_types.Type):
                 dtype = numpy_support.as_dtype(dtype)
-            res = np.empty(shape, dtype)
-            self._allocations[caller] = res
+            # (setdefault is one step under the GIL: a thread that lost the race to
+            # another block thread gets the array the others use, not its own)
+            res = self._allocations.setdefault(caller, np.empty(shape, dtype))
         return res
 
     kernelapi.FakeCUDAShared.array = shared_array
