@@ -14,12 +14,13 @@ scheduling is measured; X's bytes are checked afterwards.
 and after every segment's pre-pass, recurrence and output (ms from the fork), for each
 ``--configs`` entry ``SEGMENTS:CARVEOUT:MODE`` (MODE ``std``: the variant's run, its outputs
 in one launch after the last recurrence; ``segments``: each segment's output after its own
-recurrence, ``DFLASH2_GDN_OVERLAP_OUT=segments``; ``none``: no outputs). The stream priorities are reported with each entry.
+recurrence, ``DFLASH2_GDN_OVERLAP_OUT=segments``; ``none``: no outputs). The stream
+priorities are reported with each entry.
 Host launch time shows in eager runs, so the times are an upper bound for a graph replay.
 
 Writes ``overlap_<mode>.json`` to ``--out``. Usage on the H200:
 ``python3 bench/overlap_probe.py pair --out $OUT`` /
-``python3 bench/overlap_probe.py timeline --configs 16:100:std,16:100:segments --out $OUT``.
+``python3 bench/overlap_probe.py timeline --configs 16:80:std,16:80:segments --out $OUT``.
 The simulator runs both at a small shape (``--small``: H = 1, HV = 2, K = V = 32) for the tests.
 """
 from __future__ import annotations
@@ -231,8 +232,9 @@ def main(argv=None) -> int:
     ap.add_argument("mode", choices=["pair", "timeline"])
     ap.add_argument("--T", type=int, default=65536)
     ap.add_argument("--small", action="store_true", help="H = 1, HV = 2, K = V = 32")
-    ap.add_argument("--carveout", type=int, default=100)
-    ap.add_argument("--configs", default="16:100:std,16:100:segments,16:100:none")
+    carve = OV.DEFAULT_CARVEOUT                     # (the variant's own default)
+    ap.add_argument("--carveout", type=int, default=int(carve))
+    ap.add_argument("--configs", default=f"16:{carve}:std,16:{carve}:segments,16:{carve}:none")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)

@@ -9,6 +9,10 @@ from __future__ import annotations
 from ._compat import SIMULATOR
 
 
+SMEM_LIMIT = "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES"
+CARVEOUT = "CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT"
+
+
 class DynShared:
     """``kernel[grid, block, stream]`` -> the same launch with ``nbytes`` of dynamic shared
     memory; on a GPU it first raises the kernel's dynamic shared-memory limit when ``nbytes``
@@ -36,16 +40,14 @@ class DynShared:
         """Set the overload's attributes for ``args`` (compiling it if need be) unless the
         last prepared launch passed the same objects."""
         last = self._prepared_args
-        if (last is not None and self._prepared_at == _attr_state.generation and len(last) == len(args)
-                and all(a is b for a, b in zip(args, last))):
+        if (last is not None and self._prepared_at == _attr_state.generation
+                and len(last) == len(args) and all(a is b for a, b in zip(args, last))):
             return
         argtypes = _argtypes(self.kernel, args)
         if self.nbytes > 48 * 1024:
-            _set_attribute(self.kernel, argtypes, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",
-                           self.nbytes)
-        if self.carveout is not None:
-            _set_attribute(self.kernel, argtypes, "CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT",
-                           self.carveout)
+            _set_attribute(self.kernel, argtypes, SMEM_LIMIT, self.nbytes)
+        if self.carveout is not None:           # (percent; a hint the driver rounds)
+            _set_attribute(self.kernel, argtypes, CARVEOUT, self.carveout)
         self._prepared_args = tuple(args)
         self._prepared_at = _attr_state.generation
 
@@ -102,15 +104,11 @@ def _argtypes(kernel, args):
     return tuple(kernel.typeof_pyval(a) for a in args)
 
 
-def raise_smem_limit(kernel, args, nbytes):
-    """Raise ``kernel``'s dynamic shared-memory limit (for ``args``) to ``nbytes``."""
-    _set_attribute(kernel, _argtypes(kernel, args), "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", nbytes)
-
-
 def set_carveout(kernel, args, percent):
     """The preferred shared-memory carveout of ``kernel`` (for ``args``), in percent of the
-    maximum; a hint the driver rounds to a supported split."""
-    _set_attribute(kernel, _argtypes(kernel, args), "CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT", percent)
+    maximum; a hint the driver rounds to a supported split (for launches that do not go
+    through a :class:`DynShared`, such as a probe's own)."""
+    _set_attribute(kernel, _argtypes(kernel, args), CARVEOUT, percent)
 
 
 def max_dynamic_shared() -> int:

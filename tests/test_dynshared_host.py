@@ -102,13 +102,17 @@ def test_simulator_sets_nothing(monkeypatch):
     assert k.typed == 0 and len(k.launches) == 1
 
 
-def test_public_setters_set_once_per_value(gpu_path):
+def _set(kernel, args, name, value):
+    DS._set_attribute(kernel, DS._argtypes(kernel, args), name, value)
+
+
+def test_attributes_are_set_once_per_value(gpu_path):
     k = FakeKernel()
     args = (np.zeros(2, np.float32),)
     DS.set_carveout(k, args, 100)
-    DS.set_carveout(k, args, 100)
-    DS.raise_smem_limit(k, args, 100 * 1024)
-    DS.set_carveout(k, args, 0)
+    _set(k, args, DS.CARVEOUT, 100)
+    _set(k, args, DS.SMEM_LIMIT, 100 * 1024)
+    _set(k, args, DS.CARVEOUT, 0)
     assert [c[2:] for c in gpu_path] == [("PREFERRED_SHARED_MEMORY_CARVEOUT", 100),
                                          ("MAX_DYNAMIC_SHARED_SIZE_BYTES", 100 * 1024),
                                          ("PREFERRED_SHARED_MEMORY_CARVEOUT", 0)]
@@ -120,8 +124,8 @@ def test_attribute_memory_is_per_kernel_object(gpu_path):
     addresses, which a dropped kernel could pass on to a new one)."""
     args = (np.zeros(2, np.float32),)
     k1, k2 = FakeKernel(), FakeKernel()
-    DS.set_carveout(k1, args, 100)
-    DS.set_carveout(k2, args, 100)
+    _set(k1, args, DS.CARVEOUT, 100)
+    _set(k2, args, DS.CARVEOUT, 100)
     assert [c[0] for c in gpu_path] == [k1, k2]
     kernels = [key[0] for key in DS._attr_state.values]
     assert any(k is k1 for k in kernels) and any(k is k2 for k in kernels)
