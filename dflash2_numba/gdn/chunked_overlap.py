@@ -68,6 +68,7 @@ from . import chunked_smprep as SP
 from . import chunked_split as S
 from ._chunk_output import gdn_chunk_out_kernel, out_floats
 from ._chunk_output_pipe import gdn_chunk_out_pipe_kernel, pipe_floats
+from ._chunk_output_wide import gdn_chunk_out_wide_kernel, wide_floats
 from ._common import C, GdnPlan, default_max_ctas
 from ._prep_smem import gdn_smem_prep_kernel, smem_floats
 from ._split_state_rec import gdn_rec_state_kernel, rec_floats
@@ -85,6 +86,7 @@ _prep = jit_bounded(gdn_smem_prep_kernel, SP.PREP_LAUNCH_BOUNDS)
 _state = jit_bounded(gdn_rec_state_kernel, RC.STATE_LAUNCH_BOUNDS)
 _out_pipe = jit_bounded(gdn_chunk_out_pipe_kernel, RP.OUT_LAUNCH_BOUNDS)
 _out_plain = jit_bounded(gdn_chunk_out_kernel, RC.OUT_LAUNCH_BOUNDS)
+_out_wide = jit_bounded(gdn_chunk_out_wide_kernel, RP.WIDE_LAUNCH_BOUNDS)
 _prep_split = cuda.jit(S.gdn_split_prep_kernel)      # (knob DFLASH2_GDN_OVERLAP_PREP=split)
 _gather = cuda.jit(gdn_state_gather_kernel)
 _scatter = cuda.jit(gdn_state_scatter_kernel)
@@ -241,6 +243,8 @@ def prepare(plan: GdnPlan, stream) -> None:
     s.rec.state = DynShared(_state, 4 * rec_floats(K), carve)
     if s.rec.out_name == RP.OUT_NAME:
         s.rec.out = DynShared(_out_pipe, 4 * pipe_floats(K, V), carve)
+    elif s.rec.out_name == RP.WIDE_NAME:
+        s.rec.out = DynShared(_out_wide, 4 * wide_floats(K, V), carve)
     else:
         s.rec.out = DynShared(_out_plain, 4 * out_floats(K, V), carve)
     seqs = plan.seqs.copy_to_host(stream=stream)
@@ -340,6 +344,8 @@ VARIANT = _registry.register(_registry.Variant(
                                   launch_bounds=RC.STATE_LAUNCH_BOUNDS),
              _registry.KernelSpec(RP.OUT_NAME, gdn_chunk_out_pipe_kernel, RC._out_signatures(),
                                   launch_bounds=RP.OUT_LAUNCH_BOUNDS, min_cc=RP.PIPE_MIN_CC),
+             _registry.KernelSpec(RP.WIDE_NAME, gdn_chunk_out_wide_kernel, RC._out_signatures(),
+                                  launch_bounds=RP.WIDE_LAUNCH_BOUNDS, min_cc=RP.PIPE_MIN_CC),
              _registry.KernelSpec(RC.OUT_NAME, gdn_chunk_out_kernel, RC._out_signatures(),
                                   launch_bounds=RC.OUT_LAUNCH_BOUNDS,
                                   max_cc=(RP.PIPE_MIN_CC[0] - 1, 99)),

@@ -124,8 +124,8 @@ def supports(plan: GdnPlan) -> None:
 def prepare(plan: GdnPlan, stream, out=None) -> None:
     """Plan time: chunked_split's tables and slots plus the chunk-start states, the pre-pass
     (``gdn_smem_prep``), and the two other kernels' configurations (launches allocate
-    nothing: CUDA-graph capturable). ``out`` = ``(name, kernel, dynamic shared bytes)`` of
-    another output kernel with ``gdn_chunk_out``'s arguments, grid and block
+    nothing: CUDA-graph capturable). ``out`` = ``(name, kernel, dynamic shared bytes,
+    threads)`` of another output kernel with ``gdn_chunk_out``'s arguments and grid
     (``chunked_rec_pipe``)."""
     s = S.prepare_scratch(plan, stream, extra_per_slot=plan.HV * plan.K * plan.V)
     W.plan_prep(s, PREP, plan.K)
@@ -145,6 +145,7 @@ def prepare(plan: GdnPlan, stream, out=None) -> None:
     if out is not None:
         s.rec.out_name = out[0]
         s.rec.out = DynShared(out[1], out[2])
+        s.rec.out_threads = out[3]
     plan.scratch = s
 
 

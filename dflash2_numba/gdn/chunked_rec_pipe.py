@@ -15,14 +15,23 @@ Below compute capability 8.0 the variant launches ``gdn_chunk_out`` instead (it 
 chunked_rec): ptxas 12.9 gives ``gdn_chunk_out_pipe`` 4 B of spill stores at sm_70 under
 its (256, 2) launch bounds, and the spill-free form tried (slab addresses advanced by adds,
 ``b3353fe``) was not bit-identical on the H200 (``bench/RESULTS.md``, GDN eighth round).
+
+Knob (plan time): ``DFLASH2_GDN_OUT_TILE`` = ``4x8`` (``gdn_chunk_out_pipe``, the default)
+or ``8x8`` (``gdn_chunk_out_wide``, :mod:`._chunk_output_wide`: the same slab scheme with an
+8 x 8 register tile and ``V`` threads a CTA; the same chains). Both are compute capability
+8.0 on; below it the knob is ignored.
 """
 from __future__ import annotations
+
+import os
 
 from .. import _registry
 from .._compat import device_cc_at_least, jit_bounded
 from .._dynshared import max_dynamic_shared
 from . import chunked_rec as RC
+from ._chunk_output import out_threads
 from ._chunk_output_pipe import gdn_chunk_out_pipe_kernel, pipe_fits, pipe_floats
+from ._chunk_output_wide import gdn_chunk_out_wide_kernel, wide_fits, wide_floats, wide_threads
 from ._common import GdnPlan
 from .chunked_smprep import PREP
 
@@ -30,16 +39,31 @@ OUT_NAME = "gdn_chunk_out_pipe"
 OUT_LAUNCH_BOUNDS = RC.OUT_LAUNCH_BOUNDS
 PIPE_MIN_CC = (8, 0)         # (sm_70: gdn_chunk_out, module docstring)
 
+WIDE_NAME = "gdn_chunk_out_wide"
+WIDE_LAUNCH_BOUNDS = (128, 3)
+OUT_TILES = ("4x8", "8x8")
+DEFAULT_OUT_TILE = "4x8"
+
 _out = jit_bounded(gdn_chunk_out_pipe_kernel, OUT_LAUNCH_BOUNDS)
+_wide = jit_bounded(gdn_chunk_out_wide_kernel, WIDE_LAUNCH_BOUNDS)
+
+
+def out_tile() -> str:
+    """``DFLASH2_GDN_OUT_TILE``: the output kernel's register tile, ``4x8``
+    (``gdn_chunk_out_pipe``) or ``8x8`` (``gdn_chunk_out_wide``)."""
+    raw = os.environ.get("DFLASH2_GDN_OUT_TILE", "") or DEFAULT_OUT_TILE
+    if raw not in OUT_TILES:
+        raise ValueError(f"DFLASH2_GDN_OUT_TILE: one of {OUT_TILES}, not {raw!r}")
+    return raw
 
 
 def supports(plan: GdnPlan) -> None:
     """chunked_rec's shapes; a slab's float4 fit the threads' registers (every V that
     chunked_split supports) and the buffers fit the device's shared memory."""
     RC.supports(plan)
-    if not pipe_fits(plan.V):
+    if not (pipe_fits(plan.V) and wide_fits(plan.V)):
         raise _registry.UnsupportedShape(f"chunked_rec_pipe: V={plan.V} slabs exceed a thread's loads")
-    need = 4 * pipe_floats(plan.K, plan.V)
+    need = 4 * max(pipe_floats(plan.K, plan.V), wide_floats(plan.K, plan.V))
     if need > max_dynamic_shared():
         raise _registry.UnsupportedShape(
             f"chunked_rec_pipe: needs {need} bytes of shared memory a block, the device "
@@ -54,11 +78,15 @@ def pipe_here() -> bool:
 
 def prepare(plan: GdnPlan, stream) -> None:
     """chunked_rec's plan with this variant's output kernel (``gdn_chunk_out`` below
-    :data:`PIPE_MIN_CC`)."""
-    if pipe_here():
-        RC.prepare(plan, stream, out=(OUT_NAME, _out, 4 * pipe_floats(plan.K, plan.V)))
-    else:
+    :data:`PIPE_MIN_CC`; :func:`out_tile` picks it above)."""
+    if not pipe_here():
         RC.prepare(plan, stream)
+    elif out_tile() == "8x8":
+        RC.prepare(plan, stream, out=(WIDE_NAME, _wide, 4 * wide_floats(plan.K, plan.V),
+                                      wide_threads(plan.V)))
+    else:
+        RC.prepare(plan, stream, out=(OUT_NAME, _out, 4 * pipe_floats(plan.K, plan.V),
+                                      out_threads(plan.V)))
 
 
 VARIANT = _registry.register(_registry.Variant(
@@ -72,6 +100,8 @@ VARIANT = _registry.register(_registry.Variant(
                                   RC._state_signatures(), launch_bounds=RC.STATE_LAUNCH_BOUNDS),
              _registry.KernelSpec(OUT_NAME, gdn_chunk_out_pipe_kernel, RC._out_signatures(),
                                   launch_bounds=OUT_LAUNCH_BOUNDS, min_cc=PIPE_MIN_CC),
+             _registry.KernelSpec(WIDE_NAME, gdn_chunk_out_wide_kernel, RC._out_signatures(),
+                                  launch_bounds=WIDE_LAUNCH_BOUNDS, min_cc=PIPE_MIN_CC),
              _registry.KernelSpec(RC.OUT_NAME, RC.gdn_chunk_out_kernel, RC._out_signatures(),
                                   launch_bounds=RC.OUT_LAUNCH_BOUNDS,
                                   max_cc=(PIPE_MIN_CC[0] - 1, 99))),
