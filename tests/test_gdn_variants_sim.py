@@ -347,6 +347,44 @@ def test_rec_pipe_output_slabs_of_sixteen_rows(dtype, out_dtype):
     _assert_same(s, ref_s, f"chunked_rec_pipe V=128 ({o.dtype}): final state")
 
 
+@pytest.mark.parametrize("variant", ["chunked_rec_pipe", "chunked_overlap"])
+@pytest.mark.parametrize("K,V,T,dtype,out_dtype", [
+    (32, 128, 150, np.float32, "float32"),     # slabs of 16 rows, six float4 a thread
+    (32, 128, 150, np.float16, None),
+    (64, 64, 130, np.float32, "float32"),      # slabs of 8 rows, four float4 a thread
+    (32, 32, 70, np.float16, None)])           # one warp: all eight row groups
+def test_wide_output_tile_gives_chunked_bytes(monkeypatch, variant, K, V, T, dtype, out_dtype):
+    """``DFLASH2_GDN_OUT_TILE=8x8`` (``gdn_chunk_out_wide``: 8 x 8 tiles, ``V`` threads):
+    whole chunks (every P^T | vn slab, each row group's seven tail steps) and a partial one,
+    two value heads, FP32 and FP16 outputs: the frozen kernel's bytes, and the wide kernel is
+    the one launched."""
+    if variant not in VARIANTS:
+        pytest.skip(f"{variant} not registered")
+    from dflash2_numba.gdn._chunk_output_wide import wide_fits, wide_slab_rows, wide_threads
+
+    assert wide_slab_rows(V) % 8 == 0 and wide_fits(V) and wide_threads(V) == V
+    case = _case(115, T=T, H=1, HV=2, K=K, V=V, dtype=dtype)
+    ref_o, ref_s = gdn_prefill(**case, variant="chunked", out_dtype=out_dtype)
+    monkeypatch.setenv("DFLASH2_GDN_OUT_TILE", "8x8")
+    _registry.route_counters(reset=True)
+    o, s = gdn_prefill(**case, variant=variant, out_dtype=out_dtype)
+    assert _registry.route_counters(reset=True).get("gdn_chunk_out_wide", 0) >= 1
+    assert o.dtype == (np.float32 if out_dtype else dtype)
+    _assert_same(o, ref_o, f"{variant} 8x8 K={K} V={V} ({o.dtype}): output")
+    _assert_same(s, ref_s, f"{variant} 8x8 K={K} V={V} ({o.dtype}): final state")
+
+
+@pytest.mark.parametrize("raw", ["8", "8x4", "wide"])
+def test_out_tile_knob_is_checked(monkeypatch, raw):
+    """A ``DFLASH2_GDN_OUT_TILE`` that names no tile is refused at plan time, with the
+    knob's name."""
+    if "chunked_rec_pipe" not in VARIANTS:
+        pytest.skip("chunked_rec_pipe not registered")
+    monkeypatch.setenv("DFLASH2_GDN_OUT_TILE", raw)
+    with pytest.raises(ValueError, match="DFLASH2_GDN_OUT_TILE"):
+        gdn_prefill(**_inputs(KNOB_CASE), variant="chunked_rec_pipe")
+
+
 def test_rec_pipe_below_cc8_runs_the_staged_output_kernel(monkeypatch):
     """Below compute capability 8.0 chunked_rec_pipe launches ``gdn_chunk_out`` (the sm_70
     form without spills) instead of ``gdn_chunk_out_pipe``; the simulator runs the pipe. Both

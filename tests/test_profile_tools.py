@@ -328,3 +328,31 @@ def test_overlap_knobs_checks_bytes_per_setting(tmp_path, monkeypatch):
     assert os.environ["DFLASH2_GDN_OVERLAP_OUT"] == "segments"
     assert "DFLASH2_GDN_SEGMENTS" not in os.environ
     assert "DFLASH2_GDN_REC_ROWS" not in os.environ
+
+
+def test_out_tile_ab_checks_bytes_of_every_tile(tmp_path, monkeypatch):
+    """bench/out_tile_ab.py plans chunked_rec_pipe and chunked_overlap under each output tile,
+    checks their bytes against chunked_rec_pipe's at the first tile (and the frozen
+    chunked's), times the output kernel alone; the tile knob the caller had set is
+    restored."""
+    import json
+    import os
+
+    from bench import out_tile_ab as A
+
+    monkeypatch.setenv("DFLASH2_GDN_OUT_TILE", "4x8")
+    assert A.main(["--small", "--T", "70", "--frozen", "--reps", "1", "--rounds", "1",
+                   "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "out_tile_ab_T70.json").read_text())
+    checked = [(r["variant"], r["tile"], r.get("out_kernel"), r["same"]) for r in rows
+               if r["what"] == "bytes"]
+    assert checked == [("chunked_rec_pipe", "4x8", "gdn_chunk_out_pipe", True),
+                       ("chunked_overlap", "4x8", "gdn_chunk_out_pipe", True),
+                       ("chunked_rec_pipe", "8x8", "gdn_chunk_out_wide", True),
+                       ("chunked_overlap", "8x8", "gdn_chunk_out_wide", True)]
+    assert [r["same"] for r in rows if r["what"] == "bytes vs chunked"] == [True]
+    alone = [r for r in rows if r["what"] == "output kernel alone"]
+    assert [r["tile"] for r in alone] == ["4x8", "8x8"] and all(r["ms"] > 0 for r in alone)
+    assert os.environ["DFLASH2_GDN_OUT_TILE"] == "4x8"
+    with pytest.raises(SystemExit, match="--tiles"):
+        A.main(["--small", "--tiles", "4x4", "--out", str(tmp_path)])
