@@ -93,6 +93,30 @@ def load_slab(src, b1, b2, nc, n, tid, nthr):
 
 
 @_dev
+def load_slab_exact(src, b1, b2, tid, nthr):
+    """:func:`load_slab` when the slab's C-part is exactly two float4 a thread and the
+    whole slab :data:`NLD` (V = 128 at 128 threads: 256 + 512 float4): the same float4,
+    with no per-float4 test."""
+    e = 4 * tid
+    s = 4 * nthr
+    return (ld4(src, b1 + e), ld4(src, b1 + e + s), ld4(src, b2 + e), ld4(src, b2 + e + s),
+            ld4(src, b2 + e + 2 * s), ld4(src, b2 + e + 3 * s))
+
+
+@_dev
+def store_slab_exact(sm, d, tid, nthr, x):
+    """:func:`store_slab` of a whole slab of :data:`NLD` float4 a thread."""
+    e = d + 4 * tid
+    s = 4 * nthr
+    st4(sm, e, x[0])
+    st4(sm, e + s, x[1])
+    st4(sm, e + 2 * s, x[2])
+    st4(sm, e + 3 * s, x[3])
+    st4(sm, e + 4 * s, x[4])
+    st4(sm, e + 5 * s, x[5])
+
+
+@_dev
 def store_slab(sm, d, n, tid, nthr, x):
     """``sm[d + 4e ..] = `` this thread's float4 ``e`` of a slab (:func:`load_slab`'s)."""
     st4z(sm, d, tid, n, x[0])
@@ -118,14 +142,13 @@ def acc16(x0, x1, h0, h1, A, B):
 @_dev
 def acc_steps(sm, p, ph, V, hb, nb, A, B):
     """``nb`` steps of the tile on ``sm[p + t C ..]`` (eight rows) and ``sm[ph + t V ..]``,
-    ``sm[ph + hb + t V ..]``, t ascending, with 32-bit counters; returns the advanced
-    offsets and the tile."""
-    k = I32(0)
-    while k < nb:
+    ``sm[ph + hb + t V ..]``, t ascending (the loop ends on ``p``, no counter); returns
+    the advanced offsets and the tile."""
+    pend = p + nb * C32
+    while p < pend:
         A, B = acc16(ld4(sm, p), ld4(sm, p + 4), ld4(sm, ph), ld4(sm, ph + hb), A, B)
         p += C32
         ph += V
-        k += I32(1)
     return p, ph, A, B
 
 
@@ -221,13 +244,20 @@ def gdn_chunk_out_wide_kernel(o, scr, chunks, F, H, K, snap0):
     cuda.syncthreads()
     # 1. qh = qs h, m ascending, one slab of sb rows of m after the other
     cur = I32(0)
+    exact = nc == 2 * nthr and n == NLD * nthr        # (V = 128: load_slab_exact)
     for s in range(nsm):
         b1s, b2s = slab_bases(s + 1, sb, nsm, o_qs, o_h, o_p, o_u, V)
-        x = load_slab(scr, b1s, b2s, nc, n, tid, nthr)     # (s + 1 < ns: L >= 1)
+        if exact:                                      # (s + 1 < ns: L >= 1)
+            x = load_slab_exact(scr, b1s, b2s, tid, nthr)
+        else:
+            x = load_slab(scr, b1s, b2s, nc, n, tid, nthr)
         pq, ph, A, B = acc_steps(sm, cur + i0, cur + I32(sb * C) + c4, V32, hb, I32(sb),
                                  A, B)
         cur = sbuf - cur
-        store_slab(sm, cur, n, tid, nthr, x)
+        if exact:
+            store_slab_exact(sm, cur, tid, nthr, x)
+        else:
+            store_slab(sm, cur, n, tid, nthr, x)
         cuda.syncthreads()
     g0 = ld4(scr, o_g + i0)
     g1 = ld4(scr, o_g + i0 + 4)
@@ -241,7 +271,10 @@ def gdn_chunk_out_wide_kernel(o, scr, chunks, F, H, K, snap0):
         if s + 1 >= ns:
             nn = 0
         b1s, b2s = slab_bases(s + 1, sb, nsm, o_qs, o_h, o_p, o_u, V)
-        x = load_slab(scr, b1s, b2s, nc, nn, tid, nthr)
+        if exact and nn > 0:
+            x = load_slab_exact(scr, b1s, b2s, tid, nthr)
+        else:
+            x = load_slab(scr, b1s, b2s, nc, nn, tid, nthr)
         j0 = I32((s - nsm) * sb)
         nst = min(j0 + I32(sb), i0 + I32(1)) - j0       # this slab's common steps
         if nst < 0:
@@ -250,7 +283,10 @@ def gdn_chunk_out_wide_kernel(o, scr, chunks, F, H, K, snap0):
         if j0 <= i0 and i0 < j0 + sb:                  # (then i0 + 7 < j0 + sb)
             A, B = tail8(sm, pj, pv, V32, hb, A, B)
         cur = sbuf - cur
-        store_slab(sm, cur, nn, tid, nthr, x)
+        if exact and nn > 0:
+            store_slab_exact(sm, cur, tid, nthr, x)
+        else:
+            store_slab(sm, cur, nn, tid, nthr, x)
         cuda.syncthreads()
 
     # 3. the rows i < L of the chunk, through shared memory (rows of V + 4 floats) so that
