@@ -301,9 +301,9 @@ ROUTES = {"chunked_split": ({"gdn_split_prep": 1, "gdn_split_state": 1}, {"gdn_s
           "chunked_rec": ({"gdn_smem_prep": 1, "gdn_rec_state": 1, "gdn_chunk_out": 1},
                           {"gdn_rec_state": 1}),
           "chunked_rec_pipe": ({"gdn_smem_prep": 1, "gdn_rec_state": 1,
-                                "gdn_chunk_out_pipe": 1}, {"gdn_rec_state": 1}),
+                                "gdn_chunk_out_wide": 1}, {"gdn_rec_state": 1}),
           "chunked_overlap": ({"gdn_state_gather": 1, "gdn_smem_prep": 1, "gdn_rec_state": 1,
-                               "gdn_chunk_out_pipe": 1, "gdn_state_scatter": 1},
+                               "gdn_chunk_out_wide": 1, "gdn_state_scatter": 1},
                               {"gdn_state_gather": 1, "gdn_state_scatter": 1}),
           # one chunk per group on the simulator: groups 0 .. 1, launches 0 .. 2 (the first
           # pre-pass only, the last state only); empty sequences: one state launch
@@ -329,11 +329,12 @@ def test_route_and_empty(variant):
 
 
 @pytest.mark.parametrize("dtype,out_dtype", [(np.float32, "float32"), (np.float16, None)])
-def test_rec_pipe_output_slabs_of_sixteen_rows(dtype, out_dtype):
-    """chunked_rec_pipe's output kernel at V = 128 (slabs of 16 rows, three float4 a thread,
-    as on the production shape): whole chunks (every P^T | vn slab, every row's tail steps)
-    and a partial one (only the slabs its rows need), two value heads: the frozen kernel's
-    bytes."""
+def test_rec_pipe_output_slabs_of_sixteen_rows(monkeypatch, dtype, out_dtype):
+    """chunked_rec_pipe's 4 x 8 output kernel (``DFLASH2_GDN_OUT_TILE=4x8``) at V = 128
+    (slabs of 16 rows, three float4 a thread, as on the production shape): whole chunks
+    (every P^T | vn slab, every row's tail steps) and a partial one (only the slabs its rows
+    need), two value heads: the frozen kernel's bytes, and the 4 x 8 kernel is the one
+    launched."""
     if "chunked_rec_pipe" not in VARIANTS:
         pytest.skip("chunked_rec_pipe not registered")
     from dflash2_numba.gdn._chunk_output_pipe import slab_rows
@@ -341,7 +342,10 @@ def test_rec_pipe_output_slabs_of_sixteen_rows(dtype, out_dtype):
     assert slab_rows(128) == 16 and slab_rows(64) == slab_rows(32) == 8
     case = _case(114, T=150, H=1, HV=2, K=32, V=128, dtype=dtype)  # chunks of 64, 64, 22
     ref_o, ref_s = gdn_prefill(**case, variant="chunked", out_dtype=out_dtype)
+    monkeypatch.setenv("DFLASH2_GDN_OUT_TILE", "4x8")
+    _registry.route_counters(reset=True)
     o, s = gdn_prefill(**case, variant="chunked_rec_pipe", out_dtype=out_dtype)
+    assert _registry.route_counters(reset=True).get("gdn_chunk_out_pipe", 0) == 1
     assert o.dtype == (np.float32 if out_dtype else dtype)
     _assert_same(o, ref_o, f"chunked_rec_pipe V=128 ({o.dtype}): output")
     _assert_same(s, ref_s, f"chunked_rec_pipe V=128 ({o.dtype}): final state")
@@ -387,8 +391,8 @@ def test_out_tile_knob_is_checked(monkeypatch, raw):
 
 def test_rec_pipe_below_cc8_runs_the_staged_output_kernel(monkeypatch):
     """Below compute capability 8.0 chunked_rec_pipe launches ``gdn_chunk_out`` (the sm_70
-    form without spills) instead of ``gdn_chunk_out_pipe``; the simulator runs the pipe. Both
-    plans give the frozen kernel's bytes."""
+    form without spills) instead of a streamed output kernel, whatever the tile knob says;
+    the simulator runs the streamed one. Both plans give the frozen kernel's bytes."""
     if "chunked_rec_pipe" not in VARIANTS:
         pytest.skip("chunked_rec_pipe not registered")
     from dflash2_numba.gdn import chunked_rec_pipe
@@ -399,7 +403,8 @@ def test_rec_pipe_below_cc8_runs_the_staged_output_kernel(monkeypatch):
     _registry.route_counters(reset=True)
     o, s = gdn_prefill(**_inputs(KNOB_CASE), variant="chunked_rec_pipe", out_dtype="float32")
     routes = _registry.route_counters(reset=True)
-    assert routes.get("gdn_chunk_out", 0) == 1 and "gdn_chunk_out_pipe" not in routes
+    assert routes.get("gdn_chunk_out", 0) == 1
+    assert "gdn_chunk_out_pipe" not in routes and "gdn_chunk_out_wide" not in routes
     _assert_same(o, ref_o, "chunked_rec_pipe, sm_70 plan: output")
     _assert_same(s, ref_s, "chunked_rec_pipe, sm_70 plan: final state")
 

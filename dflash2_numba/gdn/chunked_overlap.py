@@ -48,8 +48,9 @@ Knobs (plan time): ``DFLASH2_GDN_SEGMENTS`` (segments, at most the number of slo
 ``DFLASH2_GDN_OVERLAP_PREP_THREADS`` (pre-pass threads a CTA, default 128),
 ``DFLASH2_GDN_OVERLAP_PREP`` (which pre-pass kernel: :func:`prep_form`),
 ``DFLASH2_GDN_OVERLAP_CARVEOUT`` (percent, default 80; ``none`` leaves the driver's
-choice), ``DFLASH2_GDN_OVERLAP_OUT`` (where the outputs run: :func:`out_schedule`), and
-chunked_rec's.
+choice), ``DFLASH2_GDN_OVERLAP_OUT`` (where the outputs run: :func:`out_schedule`),
+chunked_rec_pipe's ``DFLASH2_GDN_OUT_TILE`` (which output kernel, default the 8 x 8
+``gdn_chunk_out_wide``), and chunked_rec's.
 """
 from __future__ import annotations
 

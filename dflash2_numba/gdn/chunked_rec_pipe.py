@@ -1,7 +1,8 @@
 """GDN prefill, ``chunked`` family, optimised variant ``chunked_rec_pipe``: bit-identical to
 the frozen :mod:`dflash2_numba.gdn.chunked` kernel (output and final state, every input).
 
-:mod:`.chunked_rec`'s three kernels with another output kernel: ``gdn_chunk_out_pipe``
+:mod:`.chunked_rec`'s three kernels with another output kernel: ``gdn_chunk_out_wide``
+(:mod:`._chunk_output_wide`, the default) or ``gdn_chunk_out_pipe``
 (:mod:`._chunk_output_pipe`) streams each CTA's operands through two shared-memory buffers
 of 16-row slabs, the next slab's global loads in flight while the current one is
 computed, where ``gdn_chunk_out`` stages 64 rows at a time between barriers. The pre-pass
@@ -16,10 +17,12 @@ chunked_rec): ptxas 12.9 gives ``gdn_chunk_out_pipe`` 4 B of spill stores at sm_
 its (256, 2) launch bounds, and the spill-free form tried (slab addresses advanced by adds,
 ``b3353fe``) was not bit-identical on the H200 (``bench/RESULTS.md``, GDN eighth round).
 
-Knob (plan time): ``DFLASH2_GDN_OUT_TILE`` = ``4x8`` (``gdn_chunk_out_pipe``, the default)
-or ``8x8`` (``gdn_chunk_out_wide``, :mod:`._chunk_output_wide`: the same slab scheme with an
-8 x 8 register tile and ``V`` threads a CTA; the same chains). Both are compute capability
-8.0 on; below it the knob is ignored.
+Knob (plan time): ``DFLASH2_GDN_OUT_TILE`` = ``8x8`` (``gdn_chunk_out_wide``, the default:
+an 8 x 8 register tile and ``V`` threads a CTA) or ``4x8`` (``gdn_chunk_out_pipe``: a 4 x 8
+tile and ``2 V`` threads, the default until the fifteenth round, kept as the measured
+alternative). Both run the same chains; the 8 x 8 tile took the output kernel from 1.35 to
+1.20 ms at T = 65536 on the H200 (``bench/RESULTS.md``, GDN fifteenth round). Both are
+compute capability 8.0 on; below it the knob is ignored.
 """
 from __future__ import annotations
 
@@ -42,15 +45,15 @@ PIPE_MIN_CC = (8, 0)         # (sm_70: gdn_chunk_out, module docstring)
 WIDE_NAME = "gdn_chunk_out_wide"
 WIDE_LAUNCH_BOUNDS = (128, 3)
 OUT_TILES = ("4x8", "8x8")
-DEFAULT_OUT_TILE = "4x8"
+DEFAULT_OUT_TILE = "8x8"    # bench/RESULTS.md, GDN fifteenth round
 
 _out = jit_bounded(gdn_chunk_out_pipe_kernel, OUT_LAUNCH_BOUNDS)
 _wide = jit_bounded(gdn_chunk_out_wide_kernel, WIDE_LAUNCH_BOUNDS)
 
 
 def out_tile() -> str:
-    """``DFLASH2_GDN_OUT_TILE``: the output kernel's register tile, ``4x8``
-    (``gdn_chunk_out_pipe``) or ``8x8`` (``gdn_chunk_out_wide``)."""
+    """``DFLASH2_GDN_OUT_TILE``: the output kernel's register tile, ``8x8``
+    (``gdn_chunk_out_wide``, :data:`DEFAULT_OUT_TILE`) or ``4x8`` (``gdn_chunk_out_pipe``)."""
     raw = os.environ.get("DFLASH2_GDN_OUT_TILE", "") or DEFAULT_OUT_TILE
     if raw not in OUT_TILES:
         raise ValueError(f"DFLASH2_GDN_OUT_TILE: one of {OUT_TILES}, not {raw!r}")
@@ -71,8 +74,9 @@ def supports(plan: GdnPlan) -> None:
 
 
 def pipe_here() -> bool:
-    """Whether the current device runs ``gdn_chunk_out_pipe`` (compute capability 8.0 on,
-    and the simulator) rather than ``gdn_chunk_out``."""
+    """Whether the current device runs a streamed output kernel (``gdn_chunk_out_wide`` or
+    ``gdn_chunk_out_pipe``: compute capability 8.0 on, and the simulator) rather than
+    ``gdn_chunk_out``."""
     return device_cc_at_least(PIPE_MIN_CC)
 
 
