@@ -356,3 +356,37 @@ def test_out_tile_ab_checks_bytes_of_every_tile(tmp_path, monkeypatch):
     assert os.environ["DFLASH2_GDN_OUT_TILE"] == "4x8"
     with pytest.raises(SystemExit, match="--tiles"):
         A.main(["--small", "--tiles", "4x4", "--out", str(tmp_path)])
+
+
+def test_out_kernel_sass_finds_the_innermost_loop():
+    """bench/out_kernel_sass.py reads an nvdisasm listing: labels take the next
+    instruction's address, a backward branch makes a loop, the hot loop is the innermost
+    one with the most FFMAs and the loop around it is the smallest that contains it; a
+    forward branch makes no loop."""
+    from bench import out_kernel_sass as S
+
+    listing = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+    .L_x_0:
+        /*0010*/                   LDS R2, [R3] ;
+    .L_x_1:
+        /*0020*/                   FFMA R4, R2, R5, R4 ;
+        /*0030*/                   FFMA R6, R2, R7, R6 ;
+        /*0040*/                   IADD3 R8, R8, 0x1, RZ ;
+        /*0050*/              @!P0 BRA `(.L_x_1) ;
+        /*0060*/                   FFMA R9, R4, R6, R9 ;
+        /*0070*/               @P1 BRA `(.L_x_2) ;
+        /*0080*/                   STG.E [R10.64], R9 ;
+    .L_x_2:
+        /*0090*/               @P2 BRA `(.L_x_0) ;
+        /*00a0*/                   EXIT ;
+    """
+    instrs, labels = S.parse_sass(listing)
+    assert len(instrs) == 11 and labels == {".L_x_0": 0x10, ".L_x_1": 0x20, ".L_x_2": 0x90}
+    found = S.loops(instrs, labels)
+    assert [(lp["start"], lp["end"], lp["instructions"], lp["ffma"]) for lp in found] == \
+        [(0x20, 0x50, 4, 2), (0x10, 0x90, 9, 3)]
+    hot, outer = S.hot_loop(found)
+    assert (hot["start"], hot["ffma_share"], hot["mix"]["FFMA"]) == (0x20, 0.5, 2)
+    assert (outer["start"], outer["end"]) == (0x10, 0x90)
+    assert S.hot_loop([]) == (None, None)

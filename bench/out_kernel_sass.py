@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Where the GDN output kernels' issue slots go, read from their sm_90 machine code (no GPU).
+
+Compiles ``gdn_chunk_out_pipe`` (4 x 8 tile) and ``gdn_chunk_out_wide`` (8 x 8 tile) for
+their first signature under the launch bounds ``chunked_rec_pipe`` gives them, assembles
+them for sm_90 with the ptxas of the ``cuda12`` extra (registers and spills from ``-v``),
+disassembles them with the ``nvdisasm`` given by ``--nvdisasm``, and reports each loop
+(a backward branch): its instructions, its FFMAs, the FFMA share of its issue slots, and
+its opcode mix. The per-slab loop with the most FFMAs is the kernel's hot loop; the share
+says how much of the output kernel's issue rate can go to the contract's FMAs there.
+
+    python3 bench/out_kernel_sass.py --nvdisasm PATH [--out DIR]
+
+The ptxas is CUDA 12.9's, not the H200's CUDA 13 one: registers can differ by a few.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)([^;]*);")
+_LABEL = re.compile(r"^(\.L_x_\d+):")
+_TARGET = re.compile(r"`\((\.L_x_\d+)\)")
+
+
+def parse_sass(text: str) -> tuple[list[tuple[int, str, str]], dict[str, int]]:
+    """Instructions ``(address, opcode, operands)`` in order and each label's address (the
+    address of the instruction after it) from an ``nvdisasm -c`` listing."""
+    instrs, labels, pending = [], {}, []
+    for line in text.splitlines():
+        m = _LABEL.match(line.strip())
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = _INSTR.search(line)
+        if m:
+            addr = int(m.group(1), 16)
+            for lab in pending:
+                labels[lab] = addr
+            pending = []
+            instrs.append((addr, m.group(3), m.group(4)))
+    return instrs, labels
+
+
+def loops(instrs, labels) -> list[dict]:
+    """Every backward branch as a loop: body from the target's address to the branch's, its
+    instruction count, FFMA count and opcode mix (opcode stem: ``FFMA``, ``LDS``, ...)."""
+    out = []
+    for addr, op, rest in instrs:
+        if not op.startswith("BRA"):
+            continue
+        t = _TARGET.search(rest)
+        if not t or t.group(1) not in labels or labels[t.group(1)] > addr:
+            continue
+        lo = labels[t.group(1)]
+        body = [o for a, o, _ in instrs if lo <= a <= addr]
+        mix = Counter(o.split(".")[0] for o in body)
+        out.append(dict(start=lo, end=addr, instructions=len(body), ffma=mix.get("FFMA", 0),
+                        ffma_share=round(mix.get("FFMA", 0) / len(body), 3),
+                        mix=dict(mix.most_common())))
+    return out
+
+
+def hot_loop(found: list[dict]) -> tuple[dict | None, dict | None]:
+    """The innermost loop (no other loop inside it) with the most FFMAs, and the smallest
+    loop around it (``None`` where there is none)."""
+    def inside(a, b):   # a strictly inside b
+        return b["start"] <= a["start"] and a["end"] <= b["end"] and a is not b \
+            and (a["start"], a["end"]) != (b["start"], b["end"])
+
+    inner = [lp for lp in found if not any(inside(o, lp) for o in found)]
+    if not inner:
+        return None, None
+    hot = max(inner, key=lambda lp: lp["ffma"])
+    around = [lp for lp in found if inside(hot, lp)]
+    return hot, (min(around, key=lambda lp: lp["instructions"]) if around else None)
+
+
+def kernels():
+    from dflash2_numba.gdn import chunked_rec as RC
+    from dflash2_numba.gdn import chunked_rec_pipe as RP
+    from dflash2_numba.gdn._chunk_output_pipe import gdn_chunk_out_pipe_kernel
+    from dflash2_numba.gdn._chunk_output_wide import gdn_chunk_out_wide_kernel
+
+    sig = RC._out_signatures()[0]
+    return {"4x8": (RP.OUT_NAME, gdn_chunk_out_pipe_kernel, sig, RP.OUT_LAUNCH_BOUNDS),
+            "8x8": (RP.WIDE_NAME, gdn_chunk_out_wide_kernel, sig, RP.WIDE_LAUNCH_BOUNDS)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nvdisasm", required=True, help="path of an nvdisasm that reads sm_90")
+    ap.add_argument("--out", default="out_kernel_sass")
+    args = ap.parse_args(argv)
+    from dflash2_numba._compat import compile_ptx_cc
+    from dflash2_numba.ptx import find_ptxas
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {}
+    for tile, (name, fn, sig, bounds) in kernels().items():
+        ptx, _ = compile_ptx_cc(fn, sig, cc=(9, 0), launch_bounds=bounds)
+        (out / f"{name}.ptx").write_text(ptx)
+        res = subprocess.run([find_ptxas(), "-arch=sm_90", "-v", str(out / f"{name}.ptx"),
+                              "-o", str(out / f"{name}.cubin")],
+                             capture_output=True, text=True, check=True)
+        regs = int(re.search(r"Used (\d+) registers", res.stderr).group(1))
+        spill = sum(int(x) for x in re.findall(r"(\d+) bytes spill", res.stderr))
+        sass = subprocess.run([args.nvdisasm, "-c", str(out / f"{name}.cubin")],
+                              capture_output=True, text=True, check=True).stdout
+        (out / f"{name}.sass").write_text(sass)
+        instrs, labels = parse_sass(sass)
+        found = loops(instrs, labels)
+        hot, outer = hot_loop(found)
+        report[tile] = dict(kernel=name, launch_bounds=bounds, registers=regs, spill_bytes=spill,
+                            instructions=len(instrs), loops=found, hot_loop=hot, outer_loop=outer)
+        line = f"{tile} {name}: {regs} registers, {spill} B spill, {len(instrs)} instructions"
+        if hot:
+            top = ", ".join(f"{k} {v}" for k, v in list(hot["mix"].items())[:8])
+            line += (f"\n  hot loop: {hot['instructions']} instructions, {hot['ffma']} FFMA "
+                     f"({100 * hot['ffma_share']:.0f} %): {top}")
+        if outer:
+            line += (f"\n  loop around it: {outer['instructions']} instructions, "
+                     f"{outer['ffma']} FFMA, {outer['instructions'] - hot['instructions']} "
+                     f"outside the hot loop")
+        print(line)
+    (out / "out_kernel_sass.json").write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
