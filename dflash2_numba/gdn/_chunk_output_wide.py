@@ -36,6 +36,7 @@ import numpy as np
 from numba import types
 
 from .._compat import cuda
+from ._chunk_output_pipe import ld_slab, slab_bases
 from ._common import C, ZERO
 from ._split_ops import _dev, fma4, ld1, ld4, st4
 from ._split_state import scale4, st4z
@@ -69,17 +70,6 @@ def wide_floats(K: int, V: int) -> int:
     """Dynamic shared memory in floats: two slab buffers, or the output tile (rows of
     V + 4) when that is larger."""
     return max(2 * wide_slab_rows(V) * (C + V), C * (V + 4))
-
-
-@_dev
-def ld_slab(src, b1, b2, nc, n, e):
-    """Float4 ``e`` of a slab: ``src[b1 + 4e ..]`` for ``e < nc``, ``src[b2 + 4(e - nc) ..]``
-    for ``nc <= e < n``, zeros past ``n``."""
-    if e >= n:
-        return _Z4
-    if e < nc:
-        return ld4(src, b1 + 4 * e)
-    return ld4(src, b2 + 4 * (e - nc))
 
 
 @_dev
@@ -191,15 +181,6 @@ def scale8(A, g0, g1):
     return (scale4(A[0], g0[0]), scale4(A[1], g0[1]), scale4(A[2], g0[2]),
             scale4(A[3], g0[3]), scale4(A[4], g1[0]), scale4(A[5], g1[1]),
             scale4(A[6], g1[2]), scale4(A[7], g1[3]))
-
-
-@_dev
-def slab_bases(s, sb, nsm, o_qs, o_h, o_p, o_u, V):
-    """Global float offsets of slab ``s``'s two stretches (module docstring)."""
-    if s < nsm:
-        return o_qs + s * (sb * C), o_h + s * (sb * V)
-    s2 = s - nsm
-    return o_p + s2 * (sb * C), o_u + s2 * (sb * V)
 
 
 def gdn_chunk_out_wide_kernel(o, scr, chunks, F, H, K, snap0):
