@@ -358,12 +358,12 @@ def test_out_tile_ab_checks_bytes_of_every_tile(tmp_path, monkeypatch):
         A.main(["--small", "--tiles", "4x4", "--out", str(tmp_path)])
 
 
-def test_out_kernel_sass_finds_the_innermost_loop():
-    """bench/out_kernel_sass.py reads an nvdisasm listing: labels take the next
+def test_sass_loops_finds_the_innermost_loop():
+    """bench/sass_loops.py reads an nvdisasm listing: labels take the next
     instruction's address, a backward branch makes a loop, the hot loop is the innermost
     one with the most FFMAs and the loop around it is the smallest that contains it; a
     forward branch makes no loop."""
-    from bench import out_kernel_sass as S
+    from bench import sass_loops as S
 
     listing = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
@@ -390,3 +390,17 @@ def test_out_kernel_sass_finds_the_innermost_loop():
     assert (hot["start"], hot["ffma_share"], hot["mix"]["FFMA"]) == (0x20, 0.5, 2)
     assert (outer["start"], outer["end"]) == (0x10, 0x90)
     assert S.hot_loop([]) == (None, None)
+
+
+def test_sass_loops_finds_registered_kernels_by_name():
+    """bench/sass_loops.py takes kernels by their KernelSpec names, with the launch bounds
+    their variant gives them, and refuses a name no variant registers."""
+    from bench import sass_loops as S
+    from dflash2_numba.gdn import chunked_rec_pipe as RP
+
+    specs = S.kernel_specs(["gdn_chunk_out_wide", "gdn_chunk_out_pipe"], 1)
+    assert list(specs) == ["gdn_chunk_out_wide", "gdn_chunk_out_pipe"]
+    assert specs["gdn_chunk_out_wide"][2] == RP.WIDE_LAUNCH_BOUNDS
+    assert specs["gdn_chunk_out_pipe"][2] == RP.OUT_LAUNCH_BOUNDS
+    with pytest.raises(SystemExit, match="no_such_kernel"):
+        S.kernel_specs(["gdn_chunk_out_wide", "no_such_kernel"], 0)

@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""Where the GDN output kernels' issue slots go, read from their sm_90 machine code (no GPU).
+"""Where a kernel's issue slots go, read from its sm_90 machine code (no GPU).
 
-Compiles ``gdn_chunk_out_pipe`` (4 x 8 tile) and ``gdn_chunk_out_wide`` (8 x 8 tile) for
-their first signature under the launch bounds ``chunked_rec_pipe`` gives them, assembles
-them for sm_90 with the ptxas of the ``cuda12`` extra (registers and spills from ``-v``),
-disassembles them with the ``nvdisasm`` given by ``--nvdisasm``, and reports each loop
-(a backward branch): its instructions, its FFMAs, the FFMA share of its issue slots, and
-its opcode mix. The per-slab loop with the most FFMAs is the kernel's hot loop; the share
-says how much of the output kernel's issue rate can go to the contract's FMAs there.
+Compiles registered kernels (``--kernels``: names of the variants' KernelSpecs, first
+signature unless ``--sig``) under their variants' launch bounds, assembles them for sm_90
+with the ptxas of the ``cuda12`` extra (registers and spills from ``-v``), disassembles
+them with the ``nvdisasm`` given by ``--nvdisasm``, and reports each loop (a backward
+branch): its instructions, its FFMAs, the FFMA share of its issue slots and its opcode
+mix. The innermost loop with the most FFMAs is the kernel's hot loop, and the smallest
+loop around it shows what the hot loop's surroundings cost.
 
-    python3 bench/out_kernel_sass.py --nvdisasm PATH [--out DIR]
+    python3 bench/sass_loops.py --nvdisasm PATH [--kernels gdn_chunk_out_pipe,gdn_chunk_out_wide]
+                                [--out DIR]
 
-The ptxas is CUDA 12.9's, not the H200's CUDA 13 one: registers can differ by a few.
+The default compares GDN's two streamed output kernels (the 4 x 8 and 8 x 8 tiles,
+``bench/RESULTS.md``, GDN fifteenth round). The ptxas is CUDA 12.9's, not the H200's
+CUDA 13 one, so registers can differ by a few; counts are static (every instruction of a
+loop once, branches a warp may skip included).
 """
 from __future__ import annotations
 
@@ -83,21 +87,29 @@ def hot_loop(found: list[dict]) -> tuple[dict | None, dict | None]:
     return hot, (min(around, key=lambda lp: lp["instructions"]) if around else None)
 
 
-def kernels():
-    from dflash2_numba.gdn import chunked_rec as RC
-    from dflash2_numba.gdn import chunked_rec_pipe as RP
-    from dflash2_numba.gdn._chunk_output_pipe import gdn_chunk_out_pipe_kernel
-    from dflash2_numba.gdn._chunk_output_wide import gdn_chunk_out_wide_kernel
+def kernel_specs(names: list[str], sig: int) -> dict:
+    """``name -> (pyfunc, signature, launch_bounds)`` for each name, from the first variant
+    that lists a KernelSpec of that name."""
+    import dflash2_numba  # noqa: F401  (registers the variants)
+    from dflash2_numba import _registry
 
-    sig = RC._out_signatures()[0]
-    return {"4x8": (RP.OUT_NAME, gdn_chunk_out_pipe_kernel, sig, RP.OUT_LAUNCH_BOUNDS),
-            "8x8": (RP.WIDE_NAME, gdn_chunk_out_wide_kernel, sig, RP.WIDE_LAUNCH_BOUNDS)}
+    found = {}
+    for _family, _variant, spec in _registry.all_kernel_specs():
+        if spec.name in names and spec.name not in found:
+            found[spec.name] = (spec.pyfunc, spec.signatures[sig], spec.launch_bounds)
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise SystemExit(f"--kernels: no registered kernel named {', '.join(missing)}")
+    return {n: found[n] for n in names}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nvdisasm", required=True, help="path of an nvdisasm that reads sm_90")
-    ap.add_argument("--out", default="out_kernel_sass")
+    ap.add_argument("--kernels", default="gdn_chunk_out_pipe,gdn_chunk_out_wide",
+                    help="comma-separated kernel names (as the PTX report prints them)")
+    ap.add_argument("--sig", type=int, default=0, help="which of a kernel's signatures")
+    ap.add_argument("--out", default="sass_loops")
     args = ap.parse_args(argv)
     from dflash2_numba._compat import compile_ptx_cc
     from dflash2_numba.ptx import find_ptxas
@@ -105,7 +117,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {}
-    for tile, (name, fn, sig, bounds) in kernels().items():
+    for name, (fn, sig, bounds) in kernel_specs(args.kernels.split(","), args.sig).items():
         ptx, _ = compile_ptx_cc(fn, sig, cc=(9, 0), launch_bounds=bounds)
         (out / f"{name}.ptx").write_text(ptx)
         res = subprocess.run([find_ptxas(), "-arch=sm_90", "-v", str(out / f"{name}.ptx"),
@@ -119,9 +131,9 @@ def main(argv=None) -> int:
         instrs, labels = parse_sass(sass)
         found = loops(instrs, labels)
         hot, outer = hot_loop(found)
-        report[tile] = dict(kernel=name, launch_bounds=bounds, registers=regs, spill_bytes=spill,
+        report[name] = dict( launch_bounds=bounds, registers=regs, spill_bytes=spill,
                             instructions=len(instrs), loops=found, hot_loop=hot, outer_loop=outer)
-        line = f"{tile} {name}: {regs} registers, {spill} B spill, {len(instrs)} instructions"
+        line = f"{name}: {regs} registers, {spill} B spill, {len(instrs)} instructions"
         if hot:
             top = ", ".join(f"{k} {v}" for k, v in list(hot["mix"].items())[:8])
             line += (f"\n  hot loop: {hot['instructions']} instructions, {hot['ffma']} FFMA "
@@ -131,7 +143,7 @@ def main(argv=None) -> int:
                      f"{outer['ffma']} FFMA, {outer['instructions'] - hot['instructions']} "
                      f"outside the hot loop")
         print(line)
-    (out / "out_kernel_sass.json").write_text(json.dumps(report, indent=1))
+    (out / "sass_loops.json").write_text(json.dumps(report, indent=1))
     return 0
 
 
