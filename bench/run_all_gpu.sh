@@ -16,6 +16,9 @@
 #                     chunked_overlap's per-segment timeline; OVERLAP_CONFIGS),
 #           overlap-knobs (bench/overlap_knobs.py: chunked_overlap under each KNOBS_CONFIGS entry
 #                     against chunked_rec_pipe at KNOBS_T tokens: bytes, eager and graph times),
+#           out-tile (bench/out_tile_ab.py: chunked_rec_pipe / chunked_overlap under each output tile,
+#                     bytes checked against chunked, the output kernel alone and the calls timed
+#                     interleaved, at each OUT_TILE_T length, default 32768 65536),
 #           ncu-attn (per-instruction Nsight Compute report of one attention split launch at 261888,
 #                     summed per phase by bench/ncu_source_segments.py; NCU_ATTN_VARIANT,
 #                     default tiled_compact)
@@ -83,6 +86,14 @@ for stage in "$@"; do
           --configs "${KNOBS_CONFIGS:-::::segments,::::end,8::::end}" --out "$out" \
           > "$out/overlap_knobs.log" 2>&1; rc=$?
       grep -E "'what'" "$out/overlap_knobs.log" | cut -c1-200 | tail -n 12 ;;
+    out-tile)
+      rc=0
+      for t in ${OUT_TILE_T:-32768 65536}; do
+        python3 bench/out_tile_ab.py --T "$t" --frozen --out "$out" \
+            > "$out/out_tile_ab_$t.log" 2>&1 || rc=1
+        grep -E "'(output kernel alone|call \(graph replay\))'|'same': False" \
+            "$out/out_tile_ab_$t.log" | cut -c1-160
+      done ;;
     ncu-attn)
       v=${NCU_ATTN_VARIANT:-tiled_compact}
       ncu --clock-control none --set full --import-source no -k regex:split_kernel -c 1 \
