@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path.cwd()))
 
-from dflash2_numba._compat import compile_ptx_cc  # noqa: E402
-from dflash2_numba.ptx import find_ptxas  # noqa: E402
+from bench.sass_loops import sm90_sass  # noqa: E402
 
 
 def kernels():
@@ -45,12 +43,7 @@ def main(argv=None):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name, (fn, sig, bounds) in kernels().items():
-        ptx, _ = compile_ptx_cc(fn, sig, cc=(9, 0), launch_bounds=bounds)
-        (out / f"{name}.ptx").write_text(ptx)
-        subprocess.run([find_ptxas(), "-arch=sm_90", str(out / f"{name}.ptx"), "-o",
-                        str(out / f"{name}.cubin")], check=True)
-        sass = subprocess.run([args.nvdisasm, "-c", str(out / f"{name}.cubin")],
-                              capture_output=True, text=True, check=True).stdout
+        sass, _, _ = sm90_sass(fn, sig, bounds, out / name, args.nvdisasm)
         # (addresses dropped; numba's ABI tag in mangled names, "B3v26", counts compiles)
         lines = [re.sub(r"B\d+v\d+B", "BvB", re.sub(r"/\*[0-9a-f]+\*/", "", ln))
                  .split(";")[0].strip()

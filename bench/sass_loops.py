@@ -76,7 +76,7 @@ def hot_loop(found: list[dict]) -> tuple[dict | None, dict | None]:
     """The innermost loop (no other loop inside it) with the most FFMAs, and the smallest
     loop around it (``None`` where there is none)."""
     def inside(a, b):   # a strictly inside b
-        return b["start"] <= a["start"] and a["end"] <= b["end"] and a is not b \
+        return b["start"] <= a["start"] and a["end"] <= b["end"] \
             and (a["start"], a["end"]) != (b["start"], b["end"])
 
     inner = [lp for lp in found if not any(inside(o, lp) for o in found)]
@@ -103,6 +103,26 @@ def kernel_specs(names: list[str], sig: int) -> dict:
     return {n: found[n] for n in names}
 
 
+def sm90_sass(fn, sig, bounds, stem: Path, nvdisasm: str) -> tuple[str, int, int]:
+    """Compile ``fn`` for ``sig`` under ``bounds`` to sm_90 (``stem``.ptx, .cubin, .sass
+    written) with the ``cuda12`` extra's ptxas; the ``nvdisasm -c`` listing, registers and
+    spill bytes (stores + loads)."""
+    from dflash2_numba._compat import compile_ptx_cc
+    from dflash2_numba.ptx import find_ptxas
+
+    ptx_path, cubin, sass_path = (Path(f"{stem}.{ext}") for ext in ("ptx", "cubin", "sass"))
+    ptx, _ = compile_ptx_cc(fn, sig, cc=(9, 0), launch_bounds=bounds)
+    ptx_path.write_text(ptx)
+    res = subprocess.run([find_ptxas(), "-arch=sm_90", "-v", str(ptx_path), "-o", str(cubin)],
+                         capture_output=True, text=True, check=True)
+    regs = int(re.search(r"Used (\d+) registers", res.stderr).group(1))
+    spill = sum(int(x) for x in re.findall(r"(\d+) bytes spill", res.stderr))
+    sass = subprocess.run([nvdisasm, "-c", str(cubin)],
+                          capture_output=True, text=True, check=True).stdout
+    sass_path.write_text(sass)
+    return sass, regs, spill
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nvdisasm", required=True, help="path of an nvdisasm that reads sm_90")
@@ -111,28 +131,17 @@ def main(argv=None) -> int:
     ap.add_argument("--sig", type=int, default=0, help="which of a kernel's signatures")
     ap.add_argument("--out", default="sass_loops")
     args = ap.parse_args(argv)
-    from dflash2_numba._compat import compile_ptx_cc
-    from dflash2_numba.ptx import find_ptxas
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {}
     for name, (fn, sig, bounds) in kernel_specs(args.kernels.split(","), args.sig).items():
-        ptx, _ = compile_ptx_cc(fn, sig, cc=(9, 0), launch_bounds=bounds)
-        (out / f"{name}.ptx").write_text(ptx)
-        res = subprocess.run([find_ptxas(), "-arch=sm_90", "-v", str(out / f"{name}.ptx"),
-                              "-o", str(out / f"{name}.cubin")],
-                             capture_output=True, text=True, check=True)
-        regs = int(re.search(r"Used (\d+) registers", res.stderr).group(1))
-        spill = sum(int(x) for x in re.findall(r"(\d+) bytes spill", res.stderr))
-        sass = subprocess.run([args.nvdisasm, "-c", str(out / f"{name}.cubin")],
-                              capture_output=True, text=True, check=True).stdout
-        (out / f"{name}.sass").write_text(sass)
+        sass, regs, spill = sm90_sass(fn, sig, bounds, out / name, args.nvdisasm)
         instrs, labels = parse_sass(sass)
         found = loops(instrs, labels)
         hot, outer = hot_loop(found)
-        report[name] = dict( launch_bounds=bounds, registers=regs, spill_bytes=spill,
-                            instructions=len(instrs), loops=found, hot_loop=hot, outer_loop=outer)
+        report[name] = dict(launch_bounds=bounds, registers=regs, spill_bytes=spill,
+                            instructions=len(instrs), loops=found, hot_loop=hot,
+                            outer_loop=outer)
         line = f"{name}: {regs} registers, {spill} B spill, {len(instrs)} instructions"
         if hot:
             top = ", ".join(f"{k} {v}" for k, v in list(hot["mix"].items())[:8])
