@@ -182,7 +182,8 @@ def test_output_schedules(monkeypatch, schedule, launches):
     _registry.route_counters(reset=True)
     o, s = gdn_prefill(**case, variant="chunked_overlap")
     counts = _registry.route_counters(reset=True)
-    assert sum(v for k, v in counts.items() if k in (RC.OUT_NAME, RP.OUT_NAME, RP.WIDE_NAME)) == launches, counts
+    out_kernels = (RC.OUT_NAME, RP.OUT_NAME, RP.WIDE_NAME)
+    assert sum(v for k, v in counts.items() if k in out_kernels) == launches, counts
     assert oracle.first_mismatch(o, ref_o) is None
     assert oracle.first_mismatch(s, ref_s) is None
 

@@ -20,8 +20,8 @@ its (256, 2) launch bounds, and the spill-free form tried (slab addresses advanc
 Knob (plan time): ``DFLASH2_GDN_OUT_TILE`` = ``8x8`` (``gdn_chunk_out_wide``, the default:
 an 8 x 8 register tile and ``V`` threads a CTA) or ``4x8`` (``gdn_chunk_out_pipe``: a 4 x 8
 tile and ``2 V`` threads, the default until the fifteenth round, kept as the measured
-alternative). Both run the same chains; the 8 x 8 tile took the output kernel from 1.35 to
-1.20 ms at T = 65536 on the H200 (``bench/RESULTS.md``, GDN fifteenth round). Both are
+alternative). Both run the same chains; the 8 x 8 tile took the output kernel from 1.37 to
+1.22 ms at T = 65536 on the H200 (``bench/RESULTS.md``, GDN fifteenth round). Both are
 compute capability 8.0 on; below it the knob is ignored.
 """
 from __future__ import annotations
