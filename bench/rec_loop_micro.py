@@ -89,6 +89,54 @@ def _micro(sink, cycles, K, n1, nq, reps):
         sink[cuda.blockIdx.x * nf + e] = sm[e]
 
 
+def _micro_conc(sink, cycles, K, t1, reps):
+    """Both phases at once on disjoint warps: threads ``< t1`` run the 96 two-row phase-1
+    units, the rest the 128 half-row phase-2 units, one barrier a pass. A timing probe of
+    whether the two phases' shared-memory traffic overlaps (the bytes race, by design)."""
+    sm = cuda.shared.array(0, _F32)
+    tid = cuda.threadIdx.x
+    ncomp = cuda.blockDim.x
+    nf = sm.shape[0]
+    for e in range(tid, nf, ncomp):
+        sm[e] = np.float32(1.0 / 1024.0) * np.float32((e % 7) - 3)
+    cuda.syncthreads()
+    off_kp, off_u, off_g = rec_regions(K * C)
+    gl = sm[off_g + C - 1]
+    t0 = clk()
+    for r in range(reps):
+        if tid < t1:
+            for u in range(tid, 32 * (COLS // 4), t1):
+                rec_phase1_unit(sm, u, 32, K, off_u)
+        else:
+            for u in range(tid - t1, K, ncomp - t1):
+                rec_state_half(sm, u, off_kp, K, gl, C)
+        cuda.syncthreads()
+    t2 = clk()
+    if (tid & 31) == 0:
+        w = tid >> 5
+        cycles[cuda.blockIdx.x, w, 0] = t2 - t0
+        cycles[cuda.blockIdx.x, w, 1] = t2 - t0
+    for e in range(tid, nf, ncomp):
+        sink[cuda.blockIdx.x * nf + e] = sm[e]
+
+
+def run_concurrent(t1: int, t2: int, K: int = 128, reps: int = 64, blocks: int = 132) -> dict:
+    """Median cycles a pass with ``t1`` phase-1 and ``t2`` phase-2 threads running at once."""
+    from dflash2_numba._dynshared import DynShared
+
+    comp = t1 + t2
+    nw = -(-comp // 32)
+    cycles = cuda.to_device(np.zeros((blocks, nw, 2), np.int64))
+    sink = cuda.to_device(np.zeros(blocks * rec_floats(K), np.float32))
+    kern = DynShared(jit_bounded(_micro_conc, (256, 1)), 4 * rec_floats(K))
+    args = (sink, cycles, np.int32(K), np.int32(t1), np.int32(reps))
+    for _ in range(2):
+        kern[blocks, comp, 0](*args)
+        cuda.synchronize()
+    x = cycles.copy_to_host()[:, :, 0].astype(np.float64) / reps
+    return {"config": f"conc{t1}+{t2}", "both_phases_cycles_per_pass": float(np.median(x))}
+
+
 _KERNELS = {}
 
 
@@ -151,6 +199,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
     rows = []
     for entry in [e for e in args.configs.split(",") if e]:
+        if entry.startswith("conc"):        # concN+M: both phases at once (run_concurrent)
+            t1, t2 = (int(x) for x in entry[4:].split("+"))
+            rows.append(run_concurrent(t1, t2, reps=args.reps, blocks=args.blocks))
+            print(rows[-1], flush=True)
+            continue
         f0, r1, f2 = entry.split("x")
         comp, r2 = int(f0), int(f2)
         cyc, _ = run_config(comp, r1, r2, reps=args.reps, blocks=args.blocks)
