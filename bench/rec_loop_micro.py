@@ -120,21 +120,59 @@ def _micro_conc(sink, cycles, K, t1, reps):
         sink[cuda.blockIdx.x * nf + e] = sm[e]
 
 
-def run_concurrent(t1: int, t2: int, K: int = 128, reps: int = 64, blocks: int = 132) -> dict:
-    """Median cycles a pass with ``t1`` phase-1 and ``t2`` phase-2 threads running at once."""
+def _micro_ab(sink, cycles, K, t1, reps):
+    """Two column halves a step apart: in each of a step's two slots, threads ``< t1`` run
+    phase 1 of one half (:func:`rec_phase1_half`, 64 units of one row x six columns) while
+    the rest run phase 2 of the other half (:func:`rec_state_half`, 64 units of two rows x
+    six columns), one barrier a slot. A timing probe (the bytes race, by design)."""
+    sm = cuda.shared.array(0, _F32)
+    tid = cuda.threadIdx.x
+    ncomp = cuda.blockDim.x
+    nf = sm.shape[0]
+    for e in range(tid, nf, ncomp):
+        sm[e] = np.float32(1.0 / 1024.0) * np.float32((e % 7) - 3)
+    cuda.syncthreads()
+    off_kp, off_u, off_g = rec_regions(K * C)
+    gl = sm[off_g + C - 1]
+    t0 = clk()
+    for r in range(reps):
+        for slot in range(2):
+            if tid < t1:
+                for i in range(tid, C, t1):
+                    rec_phase1_half(sm, 2 * i + slot, K, off_u)
+            else:
+                for p in range(tid - t1, K // 2, ncomp - t1):
+                    rec_state_half(sm, 2 * p + 1 - slot, off_kp, K, gl, C)
+            cuda.syncthreads()
+    t2 = clk()
+    if (tid & 31) == 0:
+        w = tid >> 5
+        cycles[cuda.blockIdx.x, w, 0] = t2 - t0
+        cycles[cuda.blockIdx.x, w, 1] = t2 - t0
+    for e in range(tid, nf, ncomp):
+        sink[cuda.blockIdx.x * nf + e] = sm[e]
+
+
+def run_concurrent(t1: int, t2: int, K: int = 128, reps: int = 64, blocks: int = 132,
+                   halves: bool = False) -> dict:
+    """Median cycles a pass (both phases of all twelve columns) with ``t1`` phase-1 and
+    ``t2`` phase-2 threads running at once: the whole phases (:func:`_micro_conc`) or
+    column halves a step apart (``halves``, :func:`_micro_ab`)."""
     from dflash2_numba._dynshared import DynShared
 
     comp = t1 + t2
     nw = -(-comp // 32)
     cycles = cuda.to_device(np.zeros((blocks, nw, 2), np.int64))
     sink = cuda.to_device(np.zeros(blocks * rec_floats(K), np.float32))
-    kern = DynShared(jit_bounded(_micro_conc, (256, 1)), 4 * rec_floats(K))
+    kern = DynShared(jit_bounded(_micro_ab if halves else _micro_conc, (256, 1)),
+                     4 * rec_floats(K))
     args = (sink, cycles, np.int32(K), np.int32(t1), np.int32(reps))
     for _ in range(2):
         kern[blocks, comp, 0](*args)
         cuda.synchronize()
     x = cycles.copy_to_host()[:, :, 0].astype(np.float64) / reps
-    return {"config": f"conc{t1}+{t2}", "both_phases_cycles_per_pass": float(np.median(x))}
+    name = f"{'ab' if halves else 'conc'}{t1}+{t2}"
+    return {"config": name, "both_phases_cycles_per_pass": float(np.median(x))}
 
 
 _KERNELS = {}
@@ -199,9 +237,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
     rows = []
     for entry in [e for e in args.configs.split(",") if e]:
-        if entry.startswith("conc"):        # concN+M: both phases at once (run_concurrent)
-            t1, t2 = (int(x) for x in entry[4:].split("+"))
-            rows.append(run_concurrent(t1, t2, reps=args.reps, blocks=args.blocks))
+        if entry.startswith(("conc", "ab")):   # concN+M / abN+M: run_concurrent
+            halves = entry.startswith("ab")
+            t1, t2 = (int(x) for x in entry[2 if halves else 4:].split("+"))
+            rows.append(run_concurrent(t1, t2, reps=args.reps, blocks=args.blocks,
+                                       halves=halves))
             print(rows[-1], flush=True)
             continue
         f0, r1, f2 = entry.split("x")
