@@ -89,9 +89,10 @@ def _micro(sink, cycles, K, n1, nq, reps):
         sink[cuda.blockIdx.x * nf + e] = sm[e]
 
 
-def _micro_conc(sink, cycles, K, t1, reps):
+def _micro_conc(sink, cycles, K, t1, nq, reps):
     """Both phases at once on disjoint warps: threads ``< t1`` run the 96 two-row phase-1
-    units, the rest the 128 half-row phase-2 units, one barrier a pass. A timing probe of
+    units, the rest the 128 half-row phase-2 units (``nq == 0``) or the ``3 nq`` units of
+    ``K / nq`` rows x four columns, one barrier a pass. A timing probe of
     whether the two phases' shared-memory traffic overlaps (the bytes race, by design)."""
     sm = cuda.shared.array(0, _F32)
     tid = cuda.threadIdx.x
@@ -107,9 +108,12 @@ def _micro_conc(sink, cycles, K, t1, reps):
         if tid < t1:
             for u in range(tid, 32 * (COLS // 4), t1):
                 rec_phase1_unit(sm, u, 32, K, off_u)
-        else:
+        elif nq == 0:
             for u in range(tid - t1, K, ncomp - t1):
                 rec_state_half(sm, u, off_kp, K, gl, C)
+        else:
+            for u in range(tid - t1, nq * (COLS // 4), ncomp - t1):
+                rec_state_unit(sm, u, nq, off_kp, K, gl, C)
         cuda.syncthreads()
     t2 = clk()
     if (tid & 31) == 0:
@@ -120,7 +124,7 @@ def _micro_conc(sink, cycles, K, t1, reps):
         sink[cuda.blockIdx.x * nf + e] = sm[e]
 
 
-def _micro_ab(sink, cycles, K, t1, reps):
+def _micro_ab(sink, cycles, K, t1, nq, reps):
     """Two column halves a step apart: in each of a step's two slots, threads ``< t1`` run
     phase 1 of one half (:func:`rec_phase1_half`, 64 units of one row x six columns) while
     the rest run phase 2 of the other half (:func:`rec_state_half`, 64 units of two rows x
@@ -154,10 +158,11 @@ def _micro_ab(sink, cycles, K, t1, reps):
 
 
 def run_concurrent(t1: int, t2: int, K: int = 128, reps: int = 64, blocks: int = 132,
-                   halves: bool = False) -> dict:
+                   halves: bool = False, r2: int = 0) -> dict:
     """Median cycles a pass (both phases of all twelve columns) with ``t1`` phase-1 and
     ``t2`` phase-2 threads running at once: the whole phases (:func:`_micro_conc`) or
-    column halves a step apart (``halves``, :func:`_micro_ab`)."""
+    column halves a step apart (``halves``, :func:`_micro_ab`); ``r2`` rows a phase-2 unit
+    (0: the half-row units; whole phases only)."""
     from dflash2_numba._dynshared import DynShared
 
     comp = t1 + t2
@@ -166,12 +171,13 @@ def run_concurrent(t1: int, t2: int, K: int = 128, reps: int = 64, blocks: int =
     sink = cuda.to_device(np.zeros(blocks * rec_floats(K), np.float32))
     kern = DynShared(jit_bounded(_micro_ab if halves else _micro_conc, (256, 1)),
                      4 * rec_floats(K))
-    args = (sink, cycles, np.int32(K), np.int32(t1), np.int32(reps))
+    args = (sink, cycles, np.int32(K), np.int32(t1), np.int32(K // r2 if r2 else 0),
+            np.int32(reps))
     for _ in range(2):
         kern[blocks, comp, 0](*args)
         cuda.synchronize()
     x = cycles.copy_to_host()[:, :, 0].astype(np.float64) / reps
-    name = f"{'ab' if halves else 'conc'}{t1}+{t2}"
+    name = f"{'ab' if halves else 'conc'}{t1}+{t2}" + (f"x{r2}" if r2 else "")
     return {"config": name, "both_phases_cycles_per_pass": float(np.median(x))}
 
 
@@ -237,11 +243,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
     rows = []
     for entry in [e for e in args.configs.split(",") if e]:
-        if entry.startswith(("conc", "ab")):   # concN+M / abN+M: run_concurrent
+        if entry.startswith(("conc", "ab")):   # concN+M[xR2] / abN+M: run_concurrent
             halves = entry.startswith("ab")
-            t1, t2 = (int(x) for x in entry[2 if halves else 4:].split("+"))
+            body, _, r2 = entry[2 if halves else 4:].partition("x")
+            t1, t2 = (int(x) for x in body.split("+"))
             rows.append(run_concurrent(t1, t2, reps=args.reps, blocks=args.blocks,
-                                       halves=halves))
+                                       halves=halves, r2=int(r2 or 0)))
             print(rows[-1], flush=True)
             continue
         f0, r1, f2 = entry.split("x")
