@@ -404,3 +404,122 @@ def test_sass_loops_finds_registered_kernels_by_name():
     assert specs["gdn_chunk_out_pipe"][2] == RP.OUT_LAUNCH_BOUNDS
     with pytest.raises(SystemExit, match="no_such_kernel"):
         S.kernel_specs(["gdn_chunk_out_wide", "no_such_kernel"], 0)
+
+
+def test_rec_loop_micro_column_halves_match_the_phases_in_turn():
+    """bench/rec_loop_micro.py's ``ab`` form (phase 1 of one column half beside phase 2 of
+    the other, two slots a step) touches disjoint columns in each slot, so after one step
+    the first half (columns 0-3, 8-9) must hold the bytes that the half-row units leave
+    when phase 1 and then phase 2 run (the sequential micro times its phases apart, all
+    phase-1 passes first, so one step is the common ground); the read-only regions are
+    untouched. The ``conc`` form
+    (both whole phases at once, racing by design) leaves the read-only regions as they were
+    and finite values everywhere."""
+    from bench import rec_loop_micro as M
+    from dflash2_numba._compat import cuda, jit_bounded
+    from dflash2_numba._dynshared import DynShared
+    from dflash2_numba.gdn._split_ops import VS
+    from dflash2_numba.gdn._split_state import OFF_VN, OFF_WQ
+
+    K = 128
+    _, seq = M.run_config(64, 0, 0, reps=1, blocks=1)
+    cyc = {}
+    sinks = {}
+    for name, halves in (("ab", True), ("conc", False)):
+        kern = M._micro_ab if halves else M._micro_conc
+        nf = M.rec_floats(K)
+        c = cuda.to_device(np.zeros((1, 4 if halves else 7, 2), np.int64))
+        s = cuda.to_device(np.zeros(nf, np.float32))
+        t1 = 64 if halves else 96
+        DynShared(jit_bounded(kern, (256, 1)), 4 * nf)[1, 128 if halves else 224, 0](
+            s, c, np.int32(K), np.int32(t1), np.int32(0), np.int32(1))
+        cyc[name], sinks[name] = c.copy_to_host(), s.copy_to_host()
+    half0 = [0, 1, 2, 3, 8, 9]
+    for region, rows in ((0, K), (OFF_VN, 64)):          # state slice, vn
+        a = sinks["ab"][region:region + rows * VS].reshape(rows, VS)[:, half0]
+        b = seq[region:region + rows * VS].reshape(rows, VS)[:, half0]
+        assert a.tobytes() == b.tobytes()
+        assert np.abs(b).max() > 0
+    for name in ("ab", "conc"):
+        assert sinks[name][OFF_WQ:].tobytes() == seq[OFF_WQ:].tobytes()   # W^T, Kd, U, gamma
+        assert np.isfinite(sinks[name]).all() and (cyc[name] > 0).all()
+    row = M.run_concurrent(64, 64, reps=1, blocks=1, halves=True)
+    assert row["config"] == "ab64+64" and row["both_phases_cycles_per_pass"] > 0
+    row = M.run_concurrent(96, 96, reps=1, blocks=1, r2=4)
+    assert row["config"] == "conc96+96x4" and row["both_phases_cycles_per_pass"] > 0
+
+
+def _delivery_sums(width, bcast, warps, iters):
+    """Host copy of bench/smem_delivery.py's loads and FP32 sums, thread by thread."""
+    from bench import smem_delivery as D
+
+    n = D.SMEM_FLOATS
+    e = np.arange(n)
+    sm = np.float32(1.0 / 1024.0) * ((e % 7) - 3).astype(np.float32)
+    f = np.float32
+    out = np.zeros(32 * warps, np.float32)
+    for tid in range(32 * warps):
+        off = 0 if bcast else (tid & 31) * width
+        q = ((tid >> 5) * 512) & (n - 512)
+        a = [f(0), f(0), f(0), f(0)]
+        for _ in range(iters):
+            p = q + off
+            x, y, z, u = (sm[p + 128 * k:p + 128 * k + width] for k in range(4))
+            if width == 4:
+                a[0] += (x[0] + y[1]) + (z[2] + u[3])
+                a[1] += (x[1] + y[2]) + (z[3] + u[0])
+                a[2] += (x[2] + y[3]) + (z[0] + u[1])
+                a[3] += (x[3] + y[0]) + (z[1] + u[2])
+            elif width == 2:
+                a[0] += x[0] + y[1]
+                a[1] += x[1] + y[0]
+                a[2] += z[0] + u[1]
+                a[3] += z[1] + u[0]
+            else:
+                a = [a[0] + x[0], a[1] + y[0], a[2] + z[0], a[3] + u[0]]
+            q = (q + 1024) & (n - 512)
+        out[tid] = a[0] + a[1] + a[2] + a[3]
+    return out
+
+
+@pytest.mark.parametrize("width", [1, 2, 4])
+def test_smem_delivery_loads_what_it_counts(width):
+    """bench/smem_delivery.py: every thread adds exactly the floats its loads name (the host
+    copy of the address walk and the FP32 sums gives the same bits), broadcast and
+    distinct, and the bytes-a-cycle figure counts four loads an iteration per lane."""
+    from dflash2_numba._compat import cuda
+    from dflash2_numba._dynshared import DynShared
+    from bench import smem_delivery as D
+
+    for bcast in (True, False):
+        sink = cuda.to_device(np.zeros(64, np.float32))
+        cyc = cuda.to_device(np.zeros((1, 2), np.int64))
+        kern = D._KERNELS.setdefault(width, D.jit_bounded(D._make(width), (1024, 1)))
+        DynShared(kern, 4 * D.SMEM_FLOATS)[1, 64, 0](sink, cyc, np.int32(int(bcast)),
+                                                       np.int32(5))
+        assert sink.copy_to_host().tobytes() == _delivery_sums(width, bcast, 2, 5).tobytes()
+        row = D.run_form(width, bcast, 2, iters=3, blocks=1)
+        assert row["cycles"] > 0
+        assert row["bytes_per_cycle"] * row["cycles"] == pytest.approx(2 * 3 * 4 * 32 * 4 * width)
+
+
+def test_out_bounds_ab_checks_bytes_under_each_bound(tmp_path, monkeypatch):
+    """bench/out_bounds_ab.py relaunches the wide output kernel under each launch bound on
+    one call's scratch: every form's output is the call's, byte for byte, and is timed;
+    it refuses a plan whose output kernel is not the wide one."""
+    import json
+
+    from bench import out_bounds_ab as B
+
+    monkeypatch.delenv("DFLASH2_GDN_OUT_TILE", raising=False)
+    assert B.main(["--small", "--T", "70", "--blocks", "3,4", "--reps", "1", "--rounds", "1",
+                   "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "out_bounds_ab_T70.json").read_text())
+    assert [(r["bounds"], r["same"]) for r in rows if r["what"] == "bytes"] == \
+        [("(128, 3)", True), ("(128, 4)", True)]
+    alone = [r for r in rows if r["what"] == "output kernel alone"]
+    assert [r["bounds"] for r in alone] == ["(128, 3)", "(128, 4)"]
+    assert all(r["ms"] > 0 for r in alone)
+    monkeypatch.setenv("DFLASH2_GDN_OUT_TILE", "4x8")
+    with pytest.raises(SystemExit, match="gdn_chunk_out_pipe"):
+        B.main(["--small", "--T", "70", "--out", str(tmp_path)])
