@@ -67,9 +67,9 @@ from . import chunked_rec as RC
 from . import chunked_rec_pipe as RP
 from . import chunked_smprep as SP
 from . import chunked_split as S
-from ._chunk_output import gdn_chunk_out_kernel, out_floats
-from ._chunk_output_pipe import gdn_chunk_out_pipe_kernel, pipe_floats
-from ._chunk_output_wide import gdn_chunk_out_wide_kernel, wide_floats
+from ._chunk_output import gdn_chunk_out_kernel
+from ._chunk_output_pipe import gdn_chunk_out_pipe_kernel
+from ._chunk_output_wide import gdn_chunk_out_wide_kernel
 from ._common import C, GdnPlan, default_max_ctas
 from ._prep_smem import gdn_smem_prep_kernel, smem_floats
 from ._split_state_rec import gdn_rec_state_kernel, rec_floats
@@ -85,9 +85,7 @@ DEFAULT_CARVEOUT = "80"      # (H200, T = 65536: 6.44-6.50 ms against 6.63-6.72 
 # the variant's own compiled kernels (their carveout attribute is theirs alone)
 _prep = jit_bounded(gdn_smem_prep_kernel, SP.PREP_LAUNCH_BOUNDS)
 _state = jit_bounded(gdn_rec_state_kernel, RC.STATE_LAUNCH_BOUNDS)
-_out_pipe = jit_bounded(gdn_chunk_out_pipe_kernel, RP.OUT_LAUNCH_BOUNDS)
-_out_plain = jit_bounded(gdn_chunk_out_kernel, RC.OUT_LAUNCH_BOUNDS)
-_out_wide = jit_bounded(gdn_chunk_out_wide_kernel, RP.WIDE_LAUNCH_BOUNDS)
+_outs = {name: jit_bounded(fn, bounds) for name, (fn, bounds, _f, _t) in RP.OUT_FORMS.items()}
 _prep_split = cuda.jit(S.gdn_split_prep_kernel)      # (knob DFLASH2_GDN_OVERLAP_PREP=split)
 _gather = cuda.jit(gdn_state_gather_kernel)
 _scatter = cuda.jit(gdn_state_scatter_kernel)
@@ -242,12 +240,8 @@ def prepare(plan: GdnPlan, stream) -> None:
     s.prep_threads = pthreads
     s.out_at_end = out_schedule() == "end"
     s.rec.state = DynShared(_state, 4 * rec_floats(K), carve)
-    if s.rec.out_name == RP.OUT_NAME:
-        s.rec.out = DynShared(_out_pipe, 4 * pipe_floats(K, V), carve)
-    elif s.rec.out_name == RP.WIDE_NAME:
-        s.rec.out = DynShared(_out_wide, 4 * wide_floats(K, V), carve)
-    else:
-        s.rec.out = DynShared(_out_plain, 4 * out_floats(K, V), carve)
+    out_shared = RP.OUT_FORMS[s.rec.out_name][2]          # (chunked_rec_pipe's choice)
+    s.rec.out = DynShared(_outs[s.rec.out_name], 4 * out_shared(K, V), carve)
     seqs = plan.seqs.copy_to_host(stream=stream)
     if stream != 0:
         stream.synchronize()

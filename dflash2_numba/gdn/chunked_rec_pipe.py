@@ -32,7 +32,7 @@ from .. import _registry
 from .._compat import device_cc_at_least, jit_bounded
 from .._dynshared import max_dynamic_shared
 from . import chunked_rec as RC
-from ._chunk_output import out_threads
+from ._chunk_output import out_floats, out_threads
 from ._chunk_output_pipe import gdn_chunk_out_pipe_kernel, pipe_fits, pipe_floats
 from ._chunk_output_wide import gdn_chunk_out_wide_kernel, wide_fits, wide_floats, wide_threads
 from ._common import GdnPlan
@@ -47,8 +47,18 @@ WIDE_LAUNCH_BOUNDS = (128, 3)
 OUT_TILES = ("4x8", "8x8")
 DEFAULT_OUT_TILE = "8x8"    # bench/RESULTS.md, GDN fifteenth round
 
+# the output kernels a plan may launch, by name: (kernel function, launch bounds, dynamic
+# shared floats (K, V), threads a CTA (V)); chunked_overlap compiles its own copies from it
+OUT_FORMS = {
+    OUT_NAME: (gdn_chunk_out_pipe_kernel, OUT_LAUNCH_BOUNDS, pipe_floats, out_threads),
+    WIDE_NAME: (gdn_chunk_out_wide_kernel, WIDE_LAUNCH_BOUNDS, wide_floats, wide_threads),
+    RC.OUT_NAME: (RC.gdn_chunk_out_kernel, RC.OUT_LAUNCH_BOUNDS, out_floats, out_threads),
+}
+TILE_KERNELS = {"4x8": OUT_NAME, "8x8": WIDE_NAME}      # DFLASH2_GDN_OUT_TILE -> kernel
+
 _out = jit_bounded(gdn_chunk_out_pipe_kernel, OUT_LAUNCH_BOUNDS)
 _wide = jit_bounded(gdn_chunk_out_wide_kernel, WIDE_LAUNCH_BOUNDS)
+_STREAMED = {OUT_NAME: _out, WIDE_NAME: _wide}
 
 
 def out_tile() -> str:
@@ -80,17 +90,21 @@ def pipe_here() -> bool:
     return device_cc_at_least(PIPE_MIN_CC)
 
 
+def out_kernel_name() -> str:
+    """The output kernel a plan launches here: ``gdn_chunk_out`` below :data:`PIPE_MIN_CC`
+    (the knob is not read), else the kernel of :func:`out_tile` (:data:`TILE_KERNELS`)."""
+    return TILE_KERNELS[out_tile()] if pipe_here() else RC.OUT_NAME
+
+
 def prepare(plan: GdnPlan, stream) -> None:
-    """chunked_rec's plan with this variant's output kernel (``gdn_chunk_out`` below
-    :data:`PIPE_MIN_CC`; :func:`out_tile` picks it above)."""
-    if not pipe_here():
+    """chunked_rec's plan with this variant's output kernel (:func:`out_kernel_name`)."""
+    name = out_kernel_name()
+    if name == RC.OUT_NAME:
         RC.prepare(plan, stream)
-    elif out_tile() == "8x8":
-        RC.prepare(plan, stream, out=(WIDE_NAME, _wide, 4 * wide_floats(plan.K, plan.V),
-                                      wide_threads(plan.V)))
-    else:
-        RC.prepare(plan, stream, out=(OUT_NAME, _out, 4 * pipe_floats(plan.K, plan.V),
-                                      out_threads(plan.V)))
+        return
+    _fn, _bounds, floats, threads = OUT_FORMS[name]
+    RC.prepare(plan, stream, out=(name, _STREAMED[name], 4 * floats(plan.K, plan.V),
+                                  threads(plan.V)))
 
 
 VARIANT = _registry.register(_registry.Variant(
