@@ -35,6 +35,7 @@ from numba import types  # noqa: E402
 import dflash2_numba  # noqa: E402,F401  (numpy shim before numba)
 from dflash2_numba._compat import cuda, jit_bounded  # noqa: E402
 from dflash2_numba.gdn._common import C  # noqa: E402
+from dflash2_numba.gdn._split_ops import _dev  # noqa: E402
 from dflash2_numba.gdn._split_state_rec import (PLACE_SPREAD, place_slots,  # noqa: E402
                                                 place_unit, rec_floats, rec_phase1_half,
                                                 rec_phase1_rows2, rec_phase1_unit,
@@ -46,17 +47,36 @@ COLS = 12
 _F32 = types.float32    # (the dynamic shared array's dtype, as the simulator wants it)
 
 
-def _micro(sink, cycles, K, n1, nq, reps):
-    sm = cuda.shared.array(0, _F32)
+@_dev
+def _fill(sm, K):
+    """Small finite values in the whole shared array (then a barrier); this thread, the
+    threads, the offsets of Kd and the U slice, and the gamma the phase-2 units scale by."""
     tid = cuda.threadIdx.x
     ncomp = cuda.blockDim.x
-    nf = sm.shape[0]
-    for e in range(tid, nf, ncomp):             # small finite values everywhere
+    for e in range(tid, sm.shape[0], ncomp):
         sm[e] = np.float32(1.0 / 1024.0) * np.float32((e % 7) - 3)
     cuda.syncthreads()
     off_kp, off_u, off_g = rec_regions(K * C)
+    return tid, ncomp, off_kp, off_u, sm[off_g + C - 1]
+
+
+@_dev
+def _finish(sink, cycles, sm, d0, d1, tid, ncomp):
+    """Each warp's two timed spans into ``cycles``, the whole shared array (every form's
+    bytes) into ``sink``."""
+    if (tid & 31) == 0:
+        w = tid >> 5
+        cycles[cuda.blockIdx.x, w, 0] = d0
+        cycles[cuda.blockIdx.x, w, 1] = d1
+    nf = sm.shape[0]
+    for e in range(tid, nf, ncomp):
+        sink[cuda.blockIdx.x * nf + e] = sm[e]
+
+
+def _micro(sink, cycles, K, n1, nq, reps):
+    sm = cuda.shared.array(0, _F32)
+    tid, ncomp, off_kp, off_u, gl = _fill(sm, K)
     ncg = COLS // 4
-    gl = sm[off_g + C - 1]
     t0 = clk()
     for r in range(reps):
         if n1 == 0:
@@ -81,12 +101,7 @@ def _micro(sink, cycles, K, n1, nq, reps):
                 rec_state_unit(sm, u, nq, off_kp, K, gl, C)
         cuda.syncthreads()
     t2 = clk()
-    if (tid & 31) == 0:
-        w = tid >> 5
-        cycles[cuda.blockIdx.x, w, 0] = t1 - t0
-        cycles[cuda.blockIdx.x, w, 1] = t2 - t1
-    for e in range(tid, nf, ncomp):             # (the whole shared array: every form's bytes)
-        sink[cuda.blockIdx.x * nf + e] = sm[e]
+    _finish(sink, cycles, sm, t1 - t0, t2 - t1, tid, ncomp)
 
 
 def _micro_conc(sink, cycles, K, t1, nq, reps):
@@ -95,14 +110,7 @@ def _micro_conc(sink, cycles, K, t1, nq, reps):
     ``K / nq`` rows x four columns, one barrier a pass. A timing probe of
     whether the two phases' shared-memory traffic overlaps (the bytes race, by design)."""
     sm = cuda.shared.array(0, _F32)
-    tid = cuda.threadIdx.x
-    ncomp = cuda.blockDim.x
-    nf = sm.shape[0]
-    for e in range(tid, nf, ncomp):
-        sm[e] = np.float32(1.0 / 1024.0) * np.float32((e % 7) - 3)
-    cuda.syncthreads()
-    off_kp, off_u, off_g = rec_regions(K * C)
-    gl = sm[off_g + C - 1]
+    tid, ncomp, off_kp, off_u, gl = _fill(sm, K)
     t0 = clk()
     for r in range(reps):
         if tid < t1:
@@ -116,28 +124,17 @@ def _micro_conc(sink, cycles, K, t1, nq, reps):
                 rec_state_unit(sm, u, nq, off_kp, K, gl, C)
         cuda.syncthreads()
     t2 = clk()
-    if (tid & 31) == 0:
-        w = tid >> 5
-        cycles[cuda.blockIdx.x, w, 0] = t2 - t0
-        cycles[cuda.blockIdx.x, w, 1] = t2 - t0
-    for e in range(tid, nf, ncomp):
-        sink[cuda.blockIdx.x * nf + e] = sm[e]
+    _finish(sink, cycles, sm, t2 - t0, t2 - t0, tid, ncomp)
 
 
 def _micro_ab(sink, cycles, K, t1, nq, reps):
     """Two column halves a step apart: in each of a step's two slots, threads ``< t1`` run
     phase 1 of one half (:func:`rec_phase1_half`, 64 units of one row x six columns) while
     the rest run phase 2 of the other half (:func:`rec_state_half`, 64 units of two rows x
-    six columns), one barrier a slot. A timing probe (the bytes race, by design)."""
+    six columns), one barrier a slot. The two halves' columns are disjoint, so nothing
+    races: half ``0`` goes through the phases in turn, half ``1`` a half step behind."""
     sm = cuda.shared.array(0, _F32)
-    tid = cuda.threadIdx.x
-    ncomp = cuda.blockDim.x
-    nf = sm.shape[0]
-    for e in range(tid, nf, ncomp):
-        sm[e] = np.float32(1.0 / 1024.0) * np.float32((e % 7) - 3)
-    cuda.syncthreads()
-    off_kp, off_u, off_g = rec_regions(K * C)
-    gl = sm[off_g + C - 1]
+    tid, ncomp, off_kp, off_u, gl = _fill(sm, K)
     t0 = clk()
     for r in range(reps):
         for slot in range(2):
@@ -149,12 +146,7 @@ def _micro_ab(sink, cycles, K, t1, nq, reps):
                     rec_state_half(sm, 2 * p + 1 - slot, off_kp, K, gl, C)
             cuda.syncthreads()
     t2 = clk()
-    if (tid & 31) == 0:
-        w = tid >> 5
-        cycles[cuda.blockIdx.x, w, 0] = t2 - t0
-        cycles[cuda.blockIdx.x, w, 1] = t2 - t0
-    for e in range(tid, nf, ncomp):
-        sink[cuda.blockIdx.x * nf + e] = sm[e]
+    _finish(sink, cycles, sm, t2 - t0, t2 - t0, tid, ncomp)
 
 
 def run_concurrent(t1: int, t2: int, K: int = 128, reps: int = 64, blocks: int = 132,
