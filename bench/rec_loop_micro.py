@@ -107,8 +107,9 @@ def _micro(sink, cycles, K, n1, nq, reps):
 def _micro_conc(sink, cycles, K, t1, nq, reps):
     """Both phases at once on disjoint warps: threads ``< t1`` run the 96 two-row phase-1
     units, the rest the 128 half-row phase-2 units (``nq == 0``) or the ``3 nq`` units of
-    ``K / nq`` rows x four columns, one barrier a pass. A timing probe of
-    whether the two phases' shared-memory traffic overlaps (the bytes race, by design)."""
+    ``K / nq`` rows x four columns, one barrier a pass. A timing probe: how
+    much the two phases' times overlap when schedulers hold two warps (the bytes race, by
+    design: phase 1 reads the state that phase 2 writes)."""
     sm = cuda.shared.array(0, _F32)
     tid, ncomp, off_kp, off_u, gl = _fill(sm, K)
     t0 = clk()

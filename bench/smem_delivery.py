@@ -1,16 +1,15 @@
 #!/usr/bin/env python3
-"""How many bytes a second can shared memory hand to the registers of an SM's lanes? A
+"""How many bytes a cycle can shared memory hand to the registers of an SM's lanes? A
 timing experiment behind the recurrence's floor (``bench/gdn_fast_notes.md`` section 22).
 
 Each warp of one CTA an SM loads ``--iters`` times from shared memory, 1, 2 or 4 floats a
 lane (``ld1`` / ``ld2`` / ``ld4``: LDS.32 / .64 / .128), every lane from the same address
 (``broadcast``: the recurrence's h and vn operands) or from its own (``distinct``: 16 B
 apart at LDS.128, 8 at .64, 4 at .32: a warp's load one contiguous span, no bank
-conflict), and adds what
-it loads into four FP32 accumulators (four loads an iteration). ``%clock64`` around the loop; printed per form and
-warp count: the median cycles and the bytes delivered per SM cycle, counting every lane's
-copy (``warps x iters x 32 x 4 x floats``). The loaded values go to a sink so the loads
-stay.
+conflict), four loads an iteration, and adds what it loads into four FP32 accumulators.
+``%clock64`` around the loop; printed per form and warp count: the median cycles and the
+bytes delivered per SM cycle, counting every lane's copy (``warps x iters x 4 x 32 x 4 x
+floats``). The sums go to a sink so the loads stay.
 
     python3 bench/smem_delivery.py --out $OUT
 """

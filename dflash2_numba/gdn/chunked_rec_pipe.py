@@ -44,7 +44,6 @@ PIPE_MIN_CC = (8, 0)         # (sm_70: gdn_chunk_out, module docstring)
 
 WIDE_NAME = "gdn_chunk_out_wide"
 WIDE_LAUNCH_BOUNDS = (128, 3)
-OUT_TILES = ("4x8", "8x8")
 DEFAULT_OUT_TILE = "8x8"    # bench/RESULTS.md, GDN fifteenth round
 
 # the output kernels a plan may launch, by name: (kernel function, launch bounds, dynamic
@@ -55,6 +54,7 @@ OUT_FORMS = {
     RC.OUT_NAME: (RC.gdn_chunk_out_kernel, RC.OUT_LAUNCH_BOUNDS, out_floats, out_threads),
 }
 TILE_KERNELS = {"4x8": OUT_NAME, "8x8": WIDE_NAME}      # DFLASH2_GDN_OUT_TILE -> kernel
+OUT_TILES = tuple(TILE_KERNELS)
 
 _out = jit_bounded(gdn_chunk_out_pipe_kernel, OUT_LAUNCH_BOUNDS)
 _wide = jit_bounded(gdn_chunk_out_wide_kernel, WIDE_LAUNCH_BOUNDS)
