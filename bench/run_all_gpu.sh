@@ -19,6 +19,11 @@
 #           out-tile (bench/out_tile_ab.py: chunked_rec_pipe / chunked_overlap under each output tile,
 #                     bytes checked against chunked, the output kernel alone and the calls timed
 #                     interleaved, at each OUT_TILE_T length, default 32768 65536),
+#           rec-warps (bench/rec_loop_micro.py under REC_MICRO_CONFIGS, default the recurrence's units
+#                     in turn, both phases at once and the column halves a step apart, then
+#                     bench/smem_delivery.py: shared memory's bytes a cycle to the registers),
+#           out-bounds (bench/out_bounds_ab.py: the 8 x 8 output kernel under each OUT_BOUNDS launch
+#                     bound (128, B), default 3,4,2, bytes checked, timed interleaved at 65536),
 #           ncu-attn (per-instruction Nsight Compute report of one attention split launch at 261888,
 #                     summed per phase by bench/ncu_source_segments.py; NCU_ATTN_VARIANT,
 #                     default tiled_compact)
@@ -94,6 +99,16 @@ for stage in "$@"; do
         grep -E "'(output kernel alone|call \(graph replay\))'|'same': False" \
             "$out/out_tile_ab_$t.log" | cut -c1-160
       done ;;
+    rec-warps)
+      python3 bench/rec_loop_micro.py --out "$out" \
+          --configs "${REC_MICRO_CONFIGS:-128x2x0,conc96+128,ab64+64}" \
+          > "$out/rec_loop_micro.log" 2>&1; rc=$?
+      python3 bench/smem_delivery.py --out "$out" > "$out/smem_delivery.log" 2>&1 || rc=1
+      grep -E "config" "$out/rec_loop_micro.log" | cut -c1-160; grep " 16 warps" "$out/smem_delivery.log" ;;
+    out-bounds)
+      python3 bench/out_bounds_ab.py --T 65536 --blocks "${OUT_BOUNDS:-3,4,2}" --out "$out" \
+          > "$out/out_bounds_ab.log" 2>&1; rc=$?
+      grep -E "'what'" "$out/out_bounds_ab.log" | cut -c1-160 ;;
     ncu-attn)
       v=${NCU_ATTN_VARIANT:-tiled_compact}
       ncu --clock-control none --set full --import-source no -k regex:split_kernel -c 1 \
