@@ -10,7 +10,8 @@ on the SM.
 Per warp, ``%clock64`` around the phase-1 passes and around the phase-2 passes; printed:
 median cycles per pass and per step (K steps in phase 1, C in phase 2) for each
 configuration ``COMPxR1xR2`` (compute threads, rows of a phase-1 unit, rows of a phase-2
-unit, 0 for the half-row units of six columns, ``2p`` / ``2s`` for the two-row phase-1
+unit, 0 for the half-row units of six columns, ``a`` for those units with their loads a
+step ahead (``rec_state_half_ahead``), ``2p`` / ``2s`` for the two-row phase-1
 units placed two column groups a warp / over four warps (``place_unit``); twelve state
 columns, K = 128). The whole shared array is written to a sink at the end, so
 nothing is optimised away and the forms' bytes can be compared. Used on a GPU (one device call):
@@ -39,7 +40,8 @@ from dflash2_numba.gdn._split_ops import _dev  # noqa: E402
 from dflash2_numba.gdn._split_state_rec import (PLACE_SPREAD, place_slots,  # noqa: E402
                                                 place_unit, rec_floats, rec_phase1_half,
                                                 rec_phase1_rows2, rec_phase1_unit,
-                                                rec_regions, rec_state_half, rec_state_unit)
+                                                rec_regions, rec_state_half,
+                                                rec_state_half_ahead, rec_state_unit)
 from dflash2_numba.gdn.chunked_rec import PLACEMENTS  # noqa: E402
 from bench._state_phase_clock import clk  # noqa: E402
 
@@ -96,6 +98,9 @@ def _micro(sink, cycles, K, n1, nq, reps):
         if nq == 0:
             for u in range(tid, K, ncomp):
                 rec_state_half(sm, u, off_kp, K, gl, C)
+        elif nq < 0:                            # (the half-row units, loads a step ahead)
+            for u in range(tid, K, ncomp):
+                rec_state_half_ahead(sm, u, off_kp, K, gl, C)
         else:
             for u in range(tid, nq * ncg, ncomp):
                 rec_state_unit(sm, u, nq, off_kp, K, gl, C)
@@ -196,7 +201,7 @@ def run_config(comp: int, r1: int, r2: int, K: int = 128, reps: int = 64, blocks
     else:
         r1 = int(r1)
         n1 = C // r1 if r1 else 0        # (0: the half-row units of six columns)
-    nq = K // r2 if r2 else 0
+    nq = -1 if r2 == "a" else (K // int(r2) if int(r2) else 0)   # (-1: rec_state_half_ahead)
     nw = -(-comp // 32)
     cycles = cuda.to_device(np.zeros((blocks, nw, 2), np.int64))
     sink = cuda.to_device(np.zeros(blocks * rec_floats(K), np.float32))
@@ -216,7 +221,7 @@ def summarise(cyc: np.ndarray, comp: int, r1: int, r2: int, K: int, reps: int) -
         u1 = 128 if PLACEMENTS[r1] == PLACE_SPREAD else 96
     else:
         u1 = C // int(r1) * COLS // 4 if int(r1) else 2 * C
-    u2 = K // r2 * COLS // 4 if r2 else K
+    u2 = K if r2 == "a" or not int(r2) else K // int(r2) * COLS // 4
     out = {"config": f"{comp}x{r1}x{r2}"}
     for ph, units, steps in ((0, u1, K), (1, u2, C)):
         busy = -(-min(units, comp) // 32)
@@ -245,7 +250,7 @@ def main(argv=None):
             print(rows[-1], flush=True)
             continue
         f0, r1, f2 = entry.split("x")
-        comp, r2 = int(f0), int(f2)
+        comp, r2 = int(f0), (f2 if f2 == "a" else int(f2))
         cyc, _ = run_config(comp, r1, r2, reps=args.reps, blocks=args.blocks)
         rows.append(summarise(cyc, comp, r1, r2, 128, args.reps))
         print(rows[-1], flush=True)
