@@ -11,7 +11,7 @@ Per warp, ``%clock64`` around the phase-1 passes and around the phase-2 passes; 
 median cycles per pass and per step (K steps in phase 1, C in phase 2) for each
 configuration ``COMPxR1xR2`` (compute threads, rows of a phase-1 unit, rows of a phase-2
 unit, 0 for the half-row units of six columns, ``a`` for those units with their loads a
-step ahead (``rec_state_half_ahead``), ``2p`` / ``2s`` for the two-row phase-1
+step ahead (:func:`rec_state_half_ahead`), ``2p`` / ``2s`` for the two-row phase-1
 units placed two column groups a warp / over four warps (``place_unit``); twelve state
 columns, K = 128). The whole shared array is written to a sink at the end, so
 nothing is optimised away and the forms' bytes can be compared. Used on a GPU (one device call):
@@ -40,8 +40,10 @@ from dflash2_numba.gdn._split_ops import _dev  # noqa: E402
 from dflash2_numba.gdn._split_state_rec import (PLACE_SPREAD, place_slots,  # noqa: E402
                                                 place_unit, rec_floats, rec_phase1_half,
                                                 rec_phase1_rows2, rec_phase1_unit,
-                                                rec_regions, rec_state_half,
-                                                rec_state_half_ahead, rec_state_unit)
+                                                rec_regions, rec_state_half, rec_state_unit)
+from dflash2_numba.gdn._split_ops import VS, fma2, fma4, ld2, ld4, st4  # noqa: E402
+from dflash2_numba.gdn._split_state import OFF_VN, scale4  # noqa: E402
+from dflash2_numba.gdn._split_state_rec import half_cols  # noqa: E402
 from dflash2_numba.gdn.chunked_rec import PLACEMENTS  # noqa: E402
 from bench._state_phase_clock import clk  # noqa: E402
 
@@ -75,6 +77,72 @@ def _finish(sink, cycles, sm, d0, d1, tid, ncomp):
         sink[cuda.blockIdx.x * nf + e] = sm[e]
 
 
+@_dev
+def rec_state_half_ahead(sm, u, off_kp, K, gl, L):
+    """:func:`rec_state_half` with each step's three shared loads (Kd, the two vn parts)
+    issued a step ahead of its fma: the same twelve chains, initial values and j order, so
+    the same bytes. A measurement form (``r2 = a``), kept here until it is measured: the
+    device's ptxas leaves the plain loop's loads at the top of each unrolled iteration,
+    twelve in a row, and the warp then waits on them (``bench/gdn_fast_notes.md`` section
+    22)."""
+    m0 = 2 * (u >> 1)
+    c4, c2 = half_cols(u)
+    ph = m0 * VS
+    a0 = scale4(ld4(sm, ph + c4), gl)
+    a1 = scale4(ld4(sm, ph + VS + c4), gl)
+    h0 = ld2(sm, ph + c2)
+    h1 = ld2(sm, ph + VS + c2)
+    b0 = (h0[0] * gl, h0[1] * gl)
+    b1 = (h1[0] * gl, h1[1] * gl)
+    if L > 0:
+        p = off_kp + m0
+        pv = OFF_VN
+        f = ld2(sm, p)
+        va = ld4(sm, pv + c4)
+        vb = ld2(sm, pv + c2)
+        j = 1
+        while j < L:
+            p += K
+            pv += VS
+            fn = ld2(sm, p)
+            van = ld4(sm, pv + c4)
+            vbn = ld2(sm, pv + c2)
+            a0 = fma4(f[0], va, a0)
+            a1 = fma4(f[1], va, a1)
+            b0 = fma2(f[0], vb, b0)
+            b1 = fma2(f[1], vb, b1)
+            f = fn
+            va = van
+            vb = vbn
+            j += 1
+        a0 = fma4(f[0], va, a0)
+        a1 = fma4(f[1], va, a1)
+        b0 = fma2(f[0], vb, b0)
+        b1 = fma2(f[1], vb, b1)
+    st4(sm, ph + c4, a0)
+    st4(sm, ph + VS + c4, a1)
+    sm[ph + c2] = b0[0]
+    sm[ph + c2 + 1] = b0[1]
+    sm[ph + VS + c2] = b1[0]
+    sm[ph + VS + c2 + 1] = b1[1]
+
+
+@_dev
+def _phase2(sm, first, stride, nq, off_kp, K, gl):
+    """One phase-2 pass over this thread's units ``first, first + stride, ..``: the ``K``
+    half-row units (``nq == 0``; loads a step ahead for ``nq < 0``) or the ``3 nq`` units
+    of ``K / nq`` rows x four columns."""
+    if nq == 0:
+        for u in range(first, K, stride):
+            rec_state_half(sm, u, off_kp, K, gl, C)
+    elif nq < 0:
+        for u in range(first, K, stride):
+            rec_state_half_ahead(sm, u, off_kp, K, gl, C)
+    else:
+        for u in range(first, nq * (COLS // 4), stride):
+            rec_state_unit(sm, u, nq, off_kp, K, gl, C)
+
+
 def _micro(sink, cycles, K, n1, nq, reps):
     sm = cuda.shared.array(0, _F32)
     tid, ncomp, off_kp, off_u, gl = _fill(sm, K)
@@ -95,15 +163,7 @@ def _micro(sink, cycles, K, n1, nq, reps):
         cuda.syncthreads()
     t1 = clk()
     for r in range(reps):
-        if nq == 0:
-            for u in range(tid, K, ncomp):
-                rec_state_half(sm, u, off_kp, K, gl, C)
-        elif nq < 0:                            # (the half-row units, loads a step ahead)
-            for u in range(tid, K, ncomp):
-                rec_state_half_ahead(sm, u, off_kp, K, gl, C)
-        else:
-            for u in range(tid, nq * ncg, ncomp):
-                rec_state_unit(sm, u, nq, off_kp, K, gl, C)
+        _phase2(sm, tid, ncomp, nq, off_kp, K, gl)
         cuda.syncthreads()
     t2 = clk()
     _finish(sink, cycles, sm, t1 - t0, t2 - t1, tid, ncomp)
@@ -122,12 +182,8 @@ def _micro_conc(sink, cycles, K, t1, nq, reps):
         if tid < t1:
             for u in range(tid, 32 * (COLS // 4), t1):
                 rec_phase1_unit(sm, u, 32, K, off_u)
-        elif nq == 0:
-            for u in range(tid - t1, K, ncomp - t1):
-                rec_state_half(sm, u, off_kp, K, gl, C)
         else:
-            for u in range(tid - t1, nq * (COLS // 4), ncomp - t1):
-                rec_state_unit(sm, u, nq, off_kp, K, gl, C)
+            _phase2(sm, tid - t1, ncomp - t1, nq, off_kp, K, gl)
         cuda.syncthreads()
     t2 = clk()
     _finish(sink, cycles, sm, t2 - t0, t2 - t0, tid, ncomp)
@@ -155,6 +211,9 @@ def _micro_ab(sink, cycles, K, t1, nq, reps):
     _finish(sink, cycles, sm, t2 - t0, t2 - t0, tid, ncomp)
 
 
+_KERNELS = {}    # compiled experiment kernels, by launch bounds or form
+
+
 def run_concurrent(t1: int, t2: int, K: int = 128, reps: int = 64, blocks: int = 132,
                    halves: bool = False, r2: int = 0) -> dict:
     """Median cycles a pass (both phases of all twelve columns) with ``t1`` phase-1 and
@@ -167,8 +226,10 @@ def run_concurrent(t1: int, t2: int, K: int = 128, reps: int = 64, blocks: int =
     nw = -(-comp // 32)
     cycles = cuda.to_device(np.zeros((blocks, nw, 2), np.int64))
     sink = cuda.to_device(np.zeros(blocks * rec_floats(K), np.float32))
-    kern = DynShared(jit_bounded(_micro_ab if halves else _micro_conc, (256, 1)),
-                     4 * rec_floats(K))
+    form = _micro_ab if halves else _micro_conc
+    if form not in _KERNELS:
+        _KERNELS[form] = jit_bounded(form, (256, 1))
+    kern = DynShared(_KERNELS[form], 4 * rec_floats(K))
     args = (sink, cycles, np.int32(K), np.int32(t1), np.int32(K // r2 if r2 else 0),
             np.int32(reps))
     for _ in range(2):
@@ -178,8 +239,6 @@ def run_concurrent(t1: int, t2: int, K: int = 128, reps: int = 64, blocks: int =
     name = f"{'ab' if halves else 'conc'}{t1}+{t2}" + (f"x{r2}" if r2 else "")
     return {"config": name, "both_phases_cycles_per_pass": float(np.median(x))}
 
-
-_KERNELS = {}
 
 
 def micro_kernel(threads: int):

@@ -384,56 +384,6 @@ def rec_state_half(sm, u, off_kp, K, gl, L):
 
 
 @_dev
-def rec_state_half_ahead(sm, u, off_kp, K, gl, L):
-    """:func:`rec_state_half` with each step's three shared loads (Kd, the two vn parts)
-    issued a step ahead of its fma: the same twelve chains, initial values and j order, so
-    the same bytes. A measurement form for ``bench/rec_loop_micro.py`` (``r2 = a``): the
-    device's ptxas leaves the plain loop's loads at the top of each unrolled iteration,
-    twelve in a row, and the warp then waits on them (``bench/gdn_fast_notes.md`` section
-    22). Not launched by any variant."""
-    m0 = 2 * (u >> 1)
-    c4, c2 = half_cols(u)
-    ph = m0 * VS
-    a0 = scale4(ld4(sm, ph + c4), gl)
-    a1 = scale4(ld4(sm, ph + VS + c4), gl)
-    h0 = ld2(sm, ph + c2)
-    h1 = ld2(sm, ph + VS + c2)
-    b0 = (h0[0] * gl, h0[1] * gl)
-    b1 = (h1[0] * gl, h1[1] * gl)
-    if L > 0:
-        p = off_kp + m0
-        pv = OFF_VN
-        f = ld2(sm, p)
-        va = ld4(sm, pv + c4)
-        vb = ld2(sm, pv + c2)
-        j = 1
-        while j < L:
-            p += K
-            pv += VS
-            fn = ld2(sm, p)
-            van = ld4(sm, pv + c4)
-            vbn = ld2(sm, pv + c2)
-            a0 = fma4(f[0], va, a0)
-            a1 = fma4(f[1], va, a1)
-            b0 = fma2(f[0], vb, b0)
-            b1 = fma2(f[1], vb, b1)
-            f = fn
-            va = van
-            vb = vbn
-            j += 1
-        a0 = fma4(f[0], va, a0)
-        a1 = fma4(f[1], va, a1)
-        b0 = fma2(f[0], vb, b0)
-        b1 = fma2(f[1], vb, b1)
-    st4(sm, ph + c4, a0)
-    st4(sm, ph + VS + c4, a1)
-    sm[ph + c2] = b0[0]
-    sm[ph + c2 + 1] = b0[1]
-    sm[ph + VS + c2] = b1[0]
-    sm[ph + VS + c2 + 1] = b1[1]
-
-
-@_dev
 def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, it, ncomp,
                    n1, nq, sm):
     """Steps 6 and 8 of chunked for work item ``it`` over every chunk of its sequence,
