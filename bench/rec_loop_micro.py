@@ -11,7 +11,8 @@ Per warp, ``%clock64`` around the phase-1 passes and around the phase-2 passes; 
 median cycles per pass and per step (K steps in phase 1, C in phase 2) for each
 configuration ``COMPxR1xR2`` (compute threads, rows of a phase-1 unit, rows of a phase-2
 unit, 0 for the half-row units of six columns, ``a`` for those units with their loads a
-step ahead (:func:`rec_state_half_ahead`), ``2p`` / ``2s`` for the two-row phase-1
+step ahead (:func:`rec_state_half_ahead`), ``2d`` for the two-row phase-1 units with
+their loads two passes ahead (:func:`rows2_deep`), ``2p`` / ``2s`` for the two-row phase-1
 units placed two column groups a warp / over four warps (``place_unit``); twelve state
 columns, K = 128). The whole shared array is written to a sink at the end, so
 nothing is optimised away and the forms' bytes can be compared. Used on a GPU (one device call):
@@ -35,15 +36,15 @@ from numba import types  # noqa: E402
 
 import dflash2_numba  # noqa: E402,F401  (numpy shim before numba)
 from dflash2_numba._compat import cuda, jit_bounded  # noqa: E402
-from dflash2_numba.gdn._common import C  # noqa: E402
+from dflash2_numba.gdn._common import C, ZERO  # noqa: E402
 from dflash2_numba.gdn._split_ops import _dev  # noqa: E402
 from dflash2_numba.gdn._split_state_rec import (PLACE_SPREAD, place_slots,  # noqa: E402
                                                 place_unit, rec_floats, rec_phase1_half,
                                                 rec_phase1_rows2, rec_phase1_unit,
                                                 rec_regions, rec_state_half, rec_state_unit)
 from dflash2_numba.gdn._split_ops import VS, fma2, fma4, ld2, ld4, st4  # noqa: E402
-from dflash2_numba.gdn._split_state import OFF_VN, scale4  # noqa: E402
-from dflash2_numba.gdn._split_state_rec import half_cols  # noqa: E402
+from dflash2_numba.gdn._split_state import OFF_VN, OFF_WQ, scale4, sub4  # noqa: E402
+from dflash2_numba.gdn._split_state_rec import four_steps, half_cols, unit_place  # noqa: E402
 from dflash2_numba.gdn.chunked_rec import PLACEMENTS  # noqa: E402
 from bench._state_phase_clock import clk  # noqa: E402
 
@@ -127,6 +128,73 @@ def rec_state_half_ahead(sm, u, off_kp, K, gl, L):
     sm[ph + VS + c2 + 1] = b1[1]
 
 
+DEEP = -8      # (n1 of the two-row phase-1 units with their loads two passes ahead)
+
+
+@_dev
+def rows2_deep(src, p, stride, x, px, a0, a1, n):
+    """``rows2_ahead``'s chains (``a_r[c] = fma(src[p + t*stride + r], x[px + t*VS + c],
+    a_r[c])``, t ascending, r = 0, 1) with each pass's loads issued two passes (eight steps)
+    ahead instead of one: under three warps' load traffic a load may take longer than one
+    pass of 32 fma to return. ``n`` a multiple of 4, at least 8; no load past row ``n - 1``.
+    A measurement form (``r1 = 2d``)."""
+    s2 = 2 * stride
+    s3 = 3 * stride
+    f0 = ld2(src, p)
+    f1 = ld2(src, p + stride)
+    f2 = ld2(src, p + s2)
+    f3 = ld2(src, p + s3)
+    h0 = ld4(x, px)
+    h1 = ld4(x, px + VS)
+    h2 = ld4(x, px + 2 * VS)
+    h3 = ld4(x, px + 3 * VS)
+    p += 4 * stride
+    px += 4 * VS
+    g0 = ld2(src, p)
+    g1 = ld2(src, p + stride)
+    g2 = ld2(src, p + s2)
+    g3 = ld2(src, p + s3)
+    k0 = ld4(x, px)
+    k1 = ld4(x, px + VS)
+    k2 = ld4(x, px + 2 * VS)
+    k3 = ld4(x, px + 3 * VS)
+    t = 8
+    while t < n:
+        p += 4 * stride
+        px += 4 * VS
+        e0 = ld2(src, p)
+        e1 = ld2(src, p + stride)
+        e2 = ld2(src, p + s2)
+        e3 = ld2(src, p + s3)
+        y0 = ld4(x, px)
+        y1 = ld4(x, px + VS)
+        y2 = ld4(x, px + 2 * VS)
+        y3 = ld4(x, px + 3 * VS)
+        a0, a1 = four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1)
+        f0, f1, f2, f3 = g0, g1, g2, g3
+        h0, h1, h2, h3 = k0, k1, k2, k3
+        g0, g1, g2, g3 = e0, e1, e2, e3
+        k0, k1, k2, k3 = y0, y1, y2, y3
+        t += 4
+    a0, a1 = four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1)
+    return four_steps(g0, g1, g2, g3, k0, k1, k2, k3, a0, a1)
+
+
+@_dev
+def rec_phase1_deep(sm, u, K, off_u):
+    """:func:`rec_phase1_unit`'s two-row unit ``u`` (32 a column group) through
+    :func:`rows2_deep`: the same chains, so the same vn bytes."""
+    k, g = unit_place(u, C // 2)
+    r0 = 2 * k
+    c4 = 4 * g
+    z4 = (ZERO, ZERO, ZERO, ZERO)
+    a0, a1 = rows2_deep(sm, OFF_WQ + r0, C, sm, c4, z4, z4, K)
+    pr = r0 * VS + c4
+    pu = off_u + pr
+    st4(sm, OFF_VN + pr, sub4(ld4(sm, pu), a0))
+    st4(sm, OFF_VN + pr + VS, sub4(ld4(sm, pu + VS), a1))
+
+
 @_dev
 def _phase2(sm, first, stride, nq, off_kp, K, gl):
     """One phase-2 pass over this thread's units ``first, first + stride, ..``: the ``K``
@@ -152,6 +220,9 @@ def _micro(sink, cycles, K, n1, nq, reps):
         if n1 == 0:
             for u in range(tid, 2 * C, ncomp):
                 rec_phase1_half(sm, u, K, off_u)
+        elif n1 == DEEP:
+            for u in range(tid, C // 2 * ncg, ncomp):
+                rec_phase1_deep(sm, u, K, off_u)
         elif n1 < 0:                            # (two-row units, placed: place_unit)
             for u in range(tid, place_slots(-n1), ncomp):
                 k1, g1, act = place_unit(u, -n1)
@@ -257,6 +328,8 @@ def run_config(comp: int, r1: int, r2: int, K: int = 128, reps: int = 64, blocks
 
     if r1 in PLACEMENTS:                 # (two-row units, placed)
         n1 = -PLACEMENTS[r1]
+    elif r1 == "2d":                     # (two-row units, loads two passes ahead)
+        n1 = DEEP
     else:
         r1 = int(r1)
         n1 = C // r1 if r1 else 0        # (0: the half-row units of six columns)
@@ -278,6 +351,8 @@ def summarise(cyc: np.ndarray, comp: int, r1: int, r2: int, K: int, reps: int) -
     unit in the phase)."""
     if r1 in PLACEMENTS:                             # units (thread slots) of each phase
         u1 = 128 if PLACEMENTS[r1] == PLACE_SPREAD else 96
+    elif r1 == "2d":
+        u1 = 96
     else:
         u1 = C // int(r1) * COLS // 4 if int(r1) else 2 * C
     u2 = K if r2 == "a" or not int(r2) else K // int(r2) * COLS // 4

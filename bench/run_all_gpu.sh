@@ -20,8 +20,8 @@
 #                     bytes checked against chunked, the output kernel alone and the calls timed
 #                     interleaved, at each OUT_TILE_T length, default 32768 65536),
 #           rec-warps (bench/rec_loop_micro.py under REC_MICRO_CONFIGS, default the recurrence's units
-#                     in turn, with phase 2's loads a step ahead, both phases at once and the
-#                     column halves a step apart, then
+#                     in turn, with phase 2's loads a step ahead, phase 1's two passes ahead, both
+#                     phases at once and the column halves a step apart, then
 #                     bench/smem_delivery.py: shared memory's bytes a cycle to the registers),
 #           out-bounds (bench/out_bounds_ab.py: the 8 x 8 output kernel under each OUT_BOUNDS launch
 #                     bound (128, B), default 3,4,2, bytes checked, timed interleaved at 65536),
@@ -102,7 +102,7 @@ for stage in "$@"; do
       done ;;
     rec-warps)
       python3 bench/rec_loop_micro.py --out "$out" \
-          --configs "${REC_MICRO_CONFIGS:-128x2x0,128x2xa,conc96+128,ab64+64}" \
+          --configs "${REC_MICRO_CONFIGS:-128x2x0,128x2xa,128x2dx0,128x2dxa,conc96+128,ab64+64}" \
           > "$out/rec_loop_micro.log" 2>&1; rc=$?
       python3 bench/smem_delivery.py --out "$out" > "$out/smem_delivery.log" 2>&1 || rc=1
       grep -E "config" "$out/rec_loop_micro.log" | cut -c1-160; grep " 16 warps" "$out/smem_delivery.log" ;;

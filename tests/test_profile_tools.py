@@ -263,14 +263,15 @@ def test_rec_loop_micro_forms_compute_the_same_bytes():
     """bench/rec_loop_micro.py: the recurrence's compute units alone, in each unit form
     (two- / four-row units, one- / two-row units, the half-row units of six columns, the
     two-row phase-1 units placed two column groups a warp or over four warps, the half-row
-    phase-2 units with their loads a step ahead), leave
+    phase-2 units with their loads a step ahead, the two-row phase-1 units with theirs two
+    passes ahead), leave
     the same shared-memory bytes (the same chains on the same operands), and stamp every
     busy warp's two phases."""
     from bench import rec_loop_micro as M
 
     runs = {cfg: M.run_config(*cfg, reps=2, blocks=1) for cfg in
             [(32, 2, 4), (32, 1, 2), (64, 0, 0), (64, 2, 0), (64, "2p", 0), (32, "2s", 4),
-             (64, 2, "a")]}
+             (64, 2, "a"), (64, "2d", 0)]}
     ref = runs[(32, 2, 4)][1]
     assert np.abs(ref).max() > 0
     for cfg, (cyc, sink) in runs.items():
