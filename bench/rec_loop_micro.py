@@ -11,9 +11,10 @@ Per warp, ``%clock64`` around the phase-1 passes and around the phase-2 passes; 
 median cycles per pass and per step (K steps in phase 1, C in phase 2) for each
 configuration ``COMPxR1xR2`` (compute threads, rows of a phase-1 unit, rows of a phase-2
 unit, 0 for the half-row units of six columns, ``a`` for those units with their loads a
-step ahead (:func:`rec_state_half_ahead`), ``2d`` for the two-row phase-1 units with
-their loads two passes ahead (:func:`rows2_deep`), ``2p`` / ``2s`` for the two-row phase-1
-units placed two column groups a warp / over four warps (``place_unit``); twelve state
+step ahead (:func:`rec_state_half_ahead`), ``2d`` for the two-row phase-1 units with their
+loads two passes ahead (``_split_state_ahead.rows2_deep``; both ``gdn_rec_ahead_state``'s),
+``2p`` / ``2s`` for the two-row phase-1 units placed two column groups a warp / over four
+warps (``place_unit``); twelve state
 columns, K = 128). The whole shared array is written to a sink at the end, so
 nothing is optimised away and the forms' bytes can be compared. Used on a GPU (one device call):
 
@@ -36,15 +37,14 @@ from numba import types  # noqa: E402
 
 import dflash2_numba  # noqa: E402,F401  (numpy shim before numba)
 from dflash2_numba._compat import cuda, jit_bounded  # noqa: E402
-from dflash2_numba.gdn._common import C, ZERO  # noqa: E402
+from dflash2_numba.gdn._common import C  # noqa: E402
 from dflash2_numba.gdn._split_ops import _dev  # noqa: E402
+from dflash2_numba.gdn._split_state_ahead import (rec_phase1_unit_deep,  # noqa: E402
+                                                  rec_state_half_ahead)
 from dflash2_numba.gdn._split_state_rec import (PLACE_SPREAD, place_slots,  # noqa: E402
                                                 place_unit, rec_floats, rec_phase1_half,
                                                 rec_phase1_rows2, rec_phase1_unit,
                                                 rec_regions, rec_state_half, rec_state_unit)
-from dflash2_numba.gdn._split_ops import VS, fma2, fma4, ld2, ld4, st4  # noqa: E402
-from dflash2_numba.gdn._split_state import OFF_VN, OFF_WQ, scale4, sub4  # noqa: E402
-from dflash2_numba.gdn._split_state_rec import four_steps, half_cols, unit_place  # noqa: E402
 from dflash2_numba.gdn.chunked_rec import PLACEMENTS  # noqa: E402
 from bench._state_phase_clock import clk  # noqa: E402
 
@@ -78,121 +78,7 @@ def _finish(sink, cycles, sm, d0, d1, tid, ncomp):
         sink[cuda.blockIdx.x * nf + e] = sm[e]
 
 
-@_dev
-def rec_state_half_ahead(sm, u, off_kp, K, gl, L):
-    """:func:`rec_state_half` with each step's three shared loads (Kd, the two vn parts)
-    issued a step ahead of its fma: the same twelve chains, initial values and j order, so
-    the same bytes. A measurement form (``r2 = a``), kept here until it is measured: the
-    device's ptxas leaves the plain loop's loads at the top of each unrolled iteration,
-    twelve in a row, and the warp then waits on them (``bench/gdn_fast_notes.md`` section
-    22)."""
-    m0 = 2 * (u >> 1)
-    c4, c2 = half_cols(u)
-    ph = m0 * VS
-    a0 = scale4(ld4(sm, ph + c4), gl)
-    a1 = scale4(ld4(sm, ph + VS + c4), gl)
-    h0 = ld2(sm, ph + c2)
-    h1 = ld2(sm, ph + VS + c2)
-    b0 = (h0[0] * gl, h0[1] * gl)
-    b1 = (h1[0] * gl, h1[1] * gl)
-    if L > 0:
-        p = off_kp + m0
-        pv = OFF_VN
-        f = ld2(sm, p)
-        va = ld4(sm, pv + c4)
-        vb = ld2(sm, pv + c2)
-        j = 1
-        while j < L:
-            p += K
-            pv += VS
-            fn = ld2(sm, p)
-            van = ld4(sm, pv + c4)
-            vbn = ld2(sm, pv + c2)
-            a0 = fma4(f[0], va, a0)
-            a1 = fma4(f[1], va, a1)
-            b0 = fma2(f[0], vb, b0)
-            b1 = fma2(f[1], vb, b1)
-            f = fn
-            va = van
-            vb = vbn
-            j += 1
-        a0 = fma4(f[0], va, a0)
-        a1 = fma4(f[1], va, a1)
-        b0 = fma2(f[0], vb, b0)
-        b1 = fma2(f[1], vb, b1)
-    st4(sm, ph + c4, a0)
-    st4(sm, ph + VS + c4, a1)
-    sm[ph + c2] = b0[0]
-    sm[ph + c2 + 1] = b0[1]
-    sm[ph + VS + c2] = b1[0]
-    sm[ph + VS + c2 + 1] = b1[1]
-
-
 DEEP = -8      # (n1 of the two-row phase-1 units with their loads two passes ahead)
-
-
-@_dev
-def rows2_deep(src, p, stride, x, px, a0, a1, n):
-    """``rows2_ahead``'s chains (``a_r[c] = fma(src[p + t*stride + r], x[px + t*VS + c],
-    a_r[c])``, t ascending, r = 0, 1) with each pass's loads issued two passes (eight steps)
-    ahead instead of one: under three warps' load traffic a load may take longer than one
-    pass of 32 fma to return. ``n`` a multiple of 4, at least 8; no load past row ``n - 1``.
-    A measurement form (``r1 = 2d``)."""
-    s2 = 2 * stride
-    s3 = 3 * stride
-    f0 = ld2(src, p)
-    f1 = ld2(src, p + stride)
-    f2 = ld2(src, p + s2)
-    f3 = ld2(src, p + s3)
-    h0 = ld4(x, px)
-    h1 = ld4(x, px + VS)
-    h2 = ld4(x, px + 2 * VS)
-    h3 = ld4(x, px + 3 * VS)
-    p += 4 * stride
-    px += 4 * VS
-    g0 = ld2(src, p)
-    g1 = ld2(src, p + stride)
-    g2 = ld2(src, p + s2)
-    g3 = ld2(src, p + s3)
-    k0 = ld4(x, px)
-    k1 = ld4(x, px + VS)
-    k2 = ld4(x, px + 2 * VS)
-    k3 = ld4(x, px + 3 * VS)
-    t = 8
-    while t < n:
-        p += 4 * stride
-        px += 4 * VS
-        e0 = ld2(src, p)
-        e1 = ld2(src, p + stride)
-        e2 = ld2(src, p + s2)
-        e3 = ld2(src, p + s3)
-        y0 = ld4(x, px)
-        y1 = ld4(x, px + VS)
-        y2 = ld4(x, px + 2 * VS)
-        y3 = ld4(x, px + 3 * VS)
-        a0, a1 = four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1)
-        f0, f1, f2, f3 = g0, g1, g2, g3
-        h0, h1, h2, h3 = k0, k1, k2, k3
-        g0, g1, g2, g3 = e0, e1, e2, e3
-        k0, k1, k2, k3 = y0, y1, y2, y3
-        t += 4
-    a0, a1 = four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1)
-    return four_steps(g0, g1, g2, g3, k0, k1, k2, k3, a0, a1)
-
-
-@_dev
-def rec_phase1_deep(sm, u, K, off_u):
-    """:func:`rec_phase1_unit`'s two-row unit ``u`` (32 a column group) through
-    :func:`rows2_deep`: the same chains, so the same vn bytes."""
-    k, g = unit_place(u, C // 2)
-    r0 = 2 * k
-    c4 = 4 * g
-    z4 = (ZERO, ZERO, ZERO, ZERO)
-    a0, a1 = rows2_deep(sm, OFF_WQ + r0, C, sm, c4, z4, z4, K)
-    pr = r0 * VS + c4
-    pu = off_u + pr
-    st4(sm, OFF_VN + pr, sub4(ld4(sm, pu), a0))
-    st4(sm, OFF_VN + pr + VS, sub4(ld4(sm, pu + VS), a1))
 
 
 @_dev
@@ -222,7 +108,7 @@ def _micro(sink, cycles, K, n1, nq, reps):
                 rec_phase1_half(sm, u, K, off_u)
         elif n1 == DEEP:
             for u in range(tid, C // 2 * ncg, ncomp):
-                rec_phase1_deep(sm, u, K, off_u)
+                rec_phase1_unit_deep(sm, u, C // 2, K, off_u)
         elif n1 < 0:                            # (two-row units, placed: place_unit)
             for u in range(tid, place_slots(-n1), ncomp):
                 k1, g1, act = place_unit(u, -n1)

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Did a source change alter the machine code of the GDN state kernels? Compiles
-``gdn_ws_state``, ``gdn_wsr_state``, ``gdn_split_state`` and ``gdn_split_pipe`` (first
-signature, their launch bounds) to sm_90 SASS for the package found on ``sys.path`` and
-writes one instruction per line (addresses dropped). Run it in two trees and compare the
-files. No GPU is needed: it uses the ptxas of the ``cuda12`` extra and an ``nvdisasm``
-given by ``--nvdisasm``.
+``gdn_ws_state``, ``gdn_wsr_state``, ``gdn_split_state``, ``gdn_split_pipe`` and
+``gdn_rec_state`` (first signature, their launch bounds) to sm_90 SASS for the package found
+on ``sys.path`` and writes one instruction per line (addresses dropped). Run it in two trees
+and compare the files. No GPU is needed: it uses the ptxas of the ``cuda12`` extra and an
+``nvdisasm`` given by ``--nvdisasm``.
 
     (cd old_tree && python3 bench/sass_diff.py --out /tmp/old --nvdisasm N)
     (cd new_tree && python3 bench/sass_diff.py --out /tmp/new --nvdisasm N)
@@ -24,6 +24,7 @@ from bench.sass_loops import sm90_sass  # noqa: E402
 
 def kernels():
     import dflash2_numba.gdn.chunked_pipe as P
+    import dflash2_numba.gdn.chunked_rec as RC
     import dflash2_numba.gdn.chunked_split as S
     import dflash2_numba.gdn.chunked_ws as W
     import dflash2_numba.gdn.chunked_wsr as R
@@ -32,7 +33,8 @@ def kernels():
             "wsr": (R.gdn_wsr_state_kernel, W._state_signatures()[0], W.WS_LAUNCH_BOUNDS),
             "split": (S.gdn_split_state_kernel, S._state_signatures()[0],
                       S.STATE_LAUNCH_BOUNDS),
-            "pipe": (P.gdn_split_pipe_kernel, P._pipe_signatures()[0], None)}
+            "pipe": (P.gdn_split_pipe_kernel, P._pipe_signatures()[0], None),
+            "rec": (RC.gdn_rec_state_kernel, RC._state_signatures()[0], RC.STATE_LAUNCH_BOUNDS)}
 
 
 def main(argv=None):

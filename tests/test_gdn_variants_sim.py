@@ -112,13 +112,15 @@ def test_fp32_output_and_state(variant, name):
 
 @pytest.mark.parametrize("name", CASE_PARAMS)
 @pytest.mark.parametrize("variant", ["chunked_wsr", "chunked_wsr_two_loop", "chunked_smprep",
-                                     "chunked_rec", "chunked_rec_pipe"])
+                                     "chunked_rec", "chunked_rec_pipe", "chunked_ahead"])
 def test_twelve_column_plan(monkeypatch, variant, name):
     """chunked_wsr / chunked_wsr_two_loop / chunked_smprep with the H200's plan (twelve-
     column items, Kd / P^T staged, so the staged output units run; the simulator's default
-    plan takes four-column items), and chunked_rec's recurrence with twelve-column items,
-    on every case: the frozen kernel's bytes, including the narrower last item of each
-    value head when 12 does not divide V (here V = 32: items of 12, 12 and 8 columns)."""
+    plan takes four-column items), and chunked_rec's and chunked_ahead's recurrences with
+    twelve-column items (their half-row phase-2 units: chunked_ahead's issue their loads a
+    step ahead), on every case: the frozen kernel's bytes, including the narrower last item
+    of each value head when 12 does not divide V (here V = 32: items of 12, 12 and 8
+    columns)."""
     if variant not in VARIANTS:
         pytest.skip(f"{variant} not registered")
     from dflash2_numba.gdn import chunked_split
@@ -128,7 +130,8 @@ def test_twelve_column_plan(monkeypatch, variant, name):
     call = plan_gdn(**_inputs(name), variant=variant, out_dtype="float32",
                     **CASES[name][1])
     assert call.plan.scratch.cols == 12
-    if not variant.startswith("chunked_rec"):   # (its recurrence always stages Kd; no P^T)
+    if variant in ("chunked_wsr", "chunked_wsr_two_loop", "chunked_smprep"):   # (the
+        # recurrences of chunked_rec and chunked_ahead always stage Kd; no P^T)
         assert int(call.plan.scratch.ws.stage_kp) == 1
     call.launch()
     o, s = (np.asarray(x.copy_to_host()) if hasattr(x, "copy_to_host") else x
@@ -257,6 +260,29 @@ def test_rec_unit_rows_do_not_change_bits(monkeypatch, rows):
     _assert_same(s, ref_s, f"chunked_rec rows={rows}: final state")
 
 
+@pytest.mark.parametrize("rows", ["2,0", "0,4", "2s,0", "1,2"])
+def test_ahead_unit_rows_do_not_change_bits(monkeypatch, rows):
+    """chunked_ahead's recurrence under the unit forms of ``DFLASH2_GDN_REC_ROWS``: its own
+    two-row phase-1 units (loads two passes ahead; also placed over four warps, ``2s``) and
+    half-row phase-2 units (loads a step ahead) in twelve-column items, and the forms it
+    takes from ``gdn_rec_state`` unchanged (half-row phase-1, one-row phase-1, two- and
+    four-row phase-2 units): the frozen kernel's bytes, and ``gdn_rec_ahead_state`` is the
+    recurrence launched."""
+    if "chunked_ahead" not in VARIANTS:
+        pytest.skip("chunked_ahead not registered")
+    from dflash2_numba.gdn import chunked_split
+
+    monkeypatch.setenv("DFLASH2_GDN_REC_ROWS", rows)
+    monkeypatch.setattr(chunked_split, "COLS", 12)
+    ref_o, ref_s = _reference(KNOB_CASE, "float32")
+    _registry.route_counters(reset=True)
+    o, s = gdn_prefill(**_inputs(KNOB_CASE), variant="chunked_ahead", out_dtype="float32")
+    counts = _registry.route_counters(reset=True)
+    assert counts.get("gdn_rec_ahead_state", 0) >= 1 and "gdn_rec_state" not in counts
+    _assert_same(o, ref_o, f"chunked_ahead rows={rows}: output")
+    _assert_same(s, ref_s, f"chunked_ahead rows={rows}: final state")
+
+
 @pytest.mark.parametrize("raw", ["2", "2q,0", "3,0", "2,3", "2,0,1", "2p"])
 def test_rec_rows_knob_is_checked(monkeypatch, raw):
     """A ``DFLASH2_GDN_REC_ROWS`` that names no unit form is refused, naming the knob."""
@@ -305,6 +331,9 @@ ROUTES = {"chunked_split": ({"gdn_split_prep": 1, "gdn_split_state": 1}, {"gdn_s
           "chunked_overlap": ({"gdn_state_gather": 1, "gdn_smem_prep": 1, "gdn_rec_state": 1,
                                "gdn_chunk_out_wide": 1, "gdn_state_scatter": 1},
                               {"gdn_state_gather": 1, "gdn_state_scatter": 1}),
+          "chunked_ahead": ({"gdn_state_gather": 1, "gdn_smem_prep": 1, "gdn_rec_ahead_state": 1,
+                             "gdn_chunk_out_wide": 1, "gdn_state_scatter": 1},
+                            {"gdn_state_gather": 1, "gdn_state_scatter": 1}),
           # one chunk per group on the simulator: groups 0 .. 1, launches 0 .. 2 (the first
           # pre-pass only, the last state only); empty sequences: one state launch
           "chunked_pipe": ({"gdn_split_pipe": 2}, {"gdn_split_pipe": 1})}

@@ -9,7 +9,7 @@ from . import chunked, serial  # noqa: F401  (register the variants)
 from . import chunked_pipe, chunked_split, chunked_ws, chunked_wsr  # noqa: F401,E402  (optimised chunked variants)
 from . import chunked_smprep, chunked_wsr_two_loop  # noqa: F401,E402
 from . import chunked_rec, chunked_rec_pipe  # noqa: F401,E402
-from . import chunked_overlap  # noqa: F401,E402
+from . import chunked_ahead, chunked_overlap  # noqa: F401,E402
 from .api import GdnCall, gdn_prefill, plan_gdn
 
 __all__ = ["GdnCall", "gdn_prefill", "plan_gdn"]

@@ -218,37 +218,6 @@ def four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1):
     return a0, a1
 
 
-@_dev
-def rec_phase1_unit(sm, u, n1, K, off_u):
-    """Phase-1 unit ``u`` (``n1`` units per column group, placed by :func:`unit_place`):
-    chunked step 6 (``wh = sum_m W_im h_mc``, m ascending from 0; ``vn = U - wh``) over
-    four columns for one row when ``n1 == C`` (``dot_h``: four chains, one W and one
-    broadcast h load per four fma), else for two rows (:func:`rows2_ahead`: the chains of
-    ``phase1_unit``'s W^T product)."""
-    k, g = unit_place(u, n1)
-    c4 = 4 * g
-    if n1 == C:
-        a0, a1, a2 = dot_h(sm, OFF_WQ + k, C, sm, c4, K, 1)
-        st4(sm, OFF_VN + k * VS + c4, sub4(ld4(sm, off_u + k * VS + c4), a0))
-    else:
-        rec_phase1_rows2(sm, k, g, K, off_u)
-
-
-@_dev
-def rec_phase1_rows2(sm, k, g, K, off_u):
-    """Chunked step 6 for rows ``2k``, ``2k + 1`` and columns ``4g .. 4g + 3``
-    (:func:`rows2_ahead`: ``phase1_unit``'s W^T product, m ascending from 0; ``vn = U -
-    wh``): the two-row unit, wherever a placement puts it."""
-    r0 = 2 * k
-    c4 = 4 * g
-    z4 = (ZERO, ZERO, ZERO, ZERO)
-    a0, a1 = rows2_ahead(sm, OFF_WQ + r0, C, sm, c4, z4, z4, K)
-    pr = r0 * VS + c4
-    pu = off_u + pr
-    st4(sm, OFF_VN + pr, sub4(ld4(sm, pu), a0))
-    st4(sm, OFF_VN + pr + VS, sub4(ld4(sm, pu + VS), a1))
-
-
 PLACE_GROUP = 0     # phase-1 two-row units of a twelve-column item: a warp a column group
 PLACE_PAIRS = 1     # two column groups a warp, 16 row pairs each (and one warp of group 2)
 PLACE_SPREAD = 2    # four warps of 24 lanes: eight row pairs x three column groups each
@@ -383,131 +352,174 @@ def rec_state_half(sm, u, off_kp, K, gl, L):
     sm[ph + VS + c2 + 1] = b1[1]
 
 
-@_dev
-def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, it, ncomp,
-                   n1, nq, sm):
-    """Steps 6 and 8 of chunked for work item ``it`` over every chunk of its sequence,
-    writing each chunk's start state and vn for the output kernel (module docstring).
-    Threads ``tid < ncomp`` compute, the others copy. A CTA-wide call: every thread passes
-    the same number of barriers."""
-    tid = cuda.threadIdx.x
-    nthr = cuda.blockDim.x
-    n, hv, c0, w, bb, bos, ln, V, KC, sb, o_qs, o_w, o_kd, o_u, o_p, o_g = item_layout(
-        o, seqs, items, F, H, K, it)
-    off_kp, off_u, off_g = rec_regions(KC)
-    ncg = w // 4
-    nch = (ln + C - 1) // C
-    HV = o.shape[2]
-    load_state_slice(sm, h0, h0_idx[n], hv, c0, K, w, tid, nthr)
+def make_rec_forms(rows2_chains, state_half):
+    """The recurrence's compute forms built on a two-row phase-1 chain function
+    ``rows2_chains`` (:func:`rows2_ahead`'s arguments and chains) and a half-row phase-2 unit
+    ``state_half`` (:func:`rec_state_half`'s arguments and chains): ``(rec_phase1_rows2,
+    rec_phase1_unit, rec_state_item)``. The forms a kernel is built from decide when each
+    shared load issues, never a chain, its order or its operands: every pair gives chunked's
+    bytes. The module's own (``gdn_rec_state``) are built on :func:`rows2_ahead` and
+    :func:`rec_state_half`; :mod:`._split_state_ahead` builds a second kernel."""
 
-    if tid >= ncomp:
-        ptid = I32(tid - ncomp)
-        nprod = I32(nthr - ncomp)
-        n4 = I32(KC // 4)                        # float4 of W^T (= of Kd)
-        cu = I32(c0 + o_u)                       # the U slice's first column in the slot
-        nvh = I32(2 * KC + C * V + C * C + C)    # W^T, Kd, U, P^T, gamma (L2 prefetch)
-        o_w = I32(o_w)
-        o_kd = I32(o_kd)
-        o_g = I32(o_g)
-        V = I32(V)
-        ncg = I32(ncg)
-        KC = I32(KC)
-        KV = np.int64(K * V)
-        # chunk-start states of this item: [slot][hv][K][V], slot = first slot + ci
-        sh = snap0 + (np.int64(items[it, 4]) * HV + hv) * KV + c0
-        shs = np.int64(HV) * KV                  # (one slot further)
-        pf_l2 = c0 == 0                          # one CTA per value head prefetches into L2
-        u0 = ug_slot(ptid, ncg, cu, V, off_u, o_g, off_g)
-        u1 = ug_slot(ptid + nprod, ncg, cu, V, off_u, o_g, off_g)
-        walk = row_walk(ptid, nprod, ncg)        # (once: the chunk loop adds, never divides)
-        exact = n4 == SLOTS * nprod              # the carried float4 are the whole region
-        pt4 = I32(4 * ptid)
-        step4 = I32(4 * nprod)
-        x = zero_slots()
-        xu = (_Z4, _Z4)
-        if nch > 0:
-            if pf_l2 and nch > 1:
-                prefetch_chunk_l2(scr, sb + F, o_w, o_w, nvh, I32(0), ptid, nprod)
-            store_ug(sm, u0, u1, 0, load_ug(scr, sb, u0, u1))
-            copy_ug_rest(sm, scr, sb, ptid + 2 * nprod, nprod, ncg, cu, V, off_u, o_g, off_g, 0)
-            put_region(sm, scr, sb + o_w, OFF_WQ, exact, pt4, step4, ptid, nprod, n4,
-                       load_region(scr, sb + o_w, exact, pt4, step4, ptid, nprod, n4))
-            x = load_region(scr, sb + o_kd, exact, pt4, step4, ptid, nprod, n4)
-        block_sync()
-        for ci in range(nch):
-            L = min(C, ln - ci * C)
-            sn = sb + F
-            # phase 1: this chunk's Kd (carried) into shared memory, the chunk-start state
-            # out, then the loads of the next chunk's W^T / U / gamma
-            ptid = opaque(ptid)
-            if pf_l2 and ci + 2 < nch:
-                prefetch_chunk_l2(scr, sb + 2 * F, o_w, o_w, nvh, I32(0), ptid, nprod)
-            put_region(sm, scr, sb + o_kd, off_kp, exact, pt4, step4, ptid, nprod, n4, x)
-            store_rows(scr, sh, V, sm, 0, K, ncg, walk)
+    @_dev
+    def rec_phase1_rows2(sm, k, g, K, off_u):
+        """Chunked step 6 for rows ``2k``, ``2k + 1`` and columns ``4g .. 4g + 3``
+        (``rows2_chains``: ``phase1_unit``'s W^T product, m ascending from 0; ``vn = U -
+        wh``): the two-row unit, wherever a placement puts it."""
+        r0 = 2 * k
+        c4 = 4 * g
+        z4 = (ZERO, ZERO, ZERO, ZERO)
+        a0, a1 = rows2_chains(sm, OFF_WQ + r0, C, sm, c4, z4, z4, K)
+        pr = r0 * VS + c4
+        pu = off_u + pr
+        st4(sm, OFF_VN + pr, sub4(ld4(sm, pu), a0))
+        st4(sm, OFF_VN + pr + VS, sub4(ld4(sm, pu + VS), a1))
+
+    @_dev
+    def rec_phase1_unit(sm, u, n1, K, off_u):
+        """Phase-1 unit ``u`` (``n1`` units per column group, placed by :func:`unit_place`):
+        chunked step 6 (``wh = sum_m W_im h_mc``, m ascending from 0; ``vn = U - wh``) over
+        four columns for one row when ``n1 == C`` (``dot_h``: four chains, one W and one
+        broadcast h load per four fma), else for two rows (:func:`rec_phase1_rows2`: the
+        chains of ``phase1_unit``'s W^T product)."""
+        k, g = unit_place(u, n1)
+        c4 = 4 * g
+        if n1 == C:
+            a0, a1, a2 = dot_h(sm, OFF_WQ + k, C, sm, c4, K, 1)
+            st4(sm, OFF_VN + k * VS + c4, sub4(ld4(sm, off_u + k * VS + c4), a0))
+        else:
+            rec_phase1_rows2(sm, k, g, K, off_u)
+
+    @_dev
+    def rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, it, ncomp,
+                       n1, nq, sm):
+        """Steps 6 and 8 of chunked for work item ``it`` over every chunk of its sequence,
+        writing each chunk's start state and vn for the output kernel (module docstring).
+        Threads ``tid < ncomp`` compute, the others copy. A CTA-wide call: every thread passes
+        the same number of barriers."""
+        tid = cuda.threadIdx.x
+        nthr = cuda.blockDim.x
+        n, hv, c0, w, bb, bos, ln, V, KC, sb, o_qs, o_w, o_kd, o_u, o_p, o_g = item_layout(
+            o, seqs, items, F, H, K, it)
+        off_kp, off_u, off_g = rec_regions(KC)
+        ncg = w // 4
+        nch = (ln + C - 1) // C
+        HV = o.shape[2]
+        load_state_slice(sm, h0, h0_idx[n], hv, c0, K, w, tid, nthr)
+
+        if tid >= ncomp:
+            ptid = I32(tid - ncomp)
+            nprod = I32(nthr - ncomp)
+            n4 = I32(KC // 4)                        # float4 of W^T (= of Kd)
+            cu = I32(c0 + o_u)                       # the U slice's first column in the slot
+            nvh = I32(2 * KC + C * V + C * C + C)    # W^T, Kd, U, P^T, gamma (L2 prefetch)
+            o_w = I32(o_w)
+            o_kd = I32(o_kd)
+            o_g = I32(o_g)
+            V = I32(V)
+            ncg = I32(ncg)
+            KC = I32(KC)
+            KV = np.int64(K * V)
+            # chunk-start states of this item: [slot][hv][K][V], slot = first slot + ci
+            sh = snap0 + (np.int64(items[it, 4]) * HV + hv) * KV + c0
+            shs = np.int64(HV) * KV                  # (one slot further)
+            pf_l2 = c0 == 0                          # one CTA per value head prefetches into L2
+            u0 = ug_slot(ptid, ncg, cu, V, off_u, o_g, off_g)
+            u1 = ug_slot(ptid + nprod, ncg, cu, V, off_u, o_g, off_g)
+            walk = row_walk(ptid, nprod, ncg)        # (once: the chunk loop adds, never divides)
+            exact = n4 == SLOTS * nprod              # the carried float4 are the whole region
+            pt4 = I32(4 * ptid)
+            step4 = I32(4 * nprod)
             x = zero_slots()
             xu = (_Z4, _Z4)
-            if ci + 1 < nch:
-                xu = load_ug(scr, sn, u0, u1)
-                x = load_region(scr, sn + o_w, exact, pt4, step4, ptid, nprod, n4)
+            if nch > 0:
+                if pf_l2 and nch > 1:
+                    prefetch_chunk_l2(scr, sb + F, o_w, o_w, nvh, I32(0), ptid, nprod)
+                store_ug(sm, u0, u1, 0, load_ug(scr, sb, u0, u1))
+                copy_ug_rest(sm, scr, sb, ptid + 2 * nprod, nprod, ncg, cu, V, off_u, o_g, off_g, 0)
+                put_region(sm, scr, sb + o_w, OFF_WQ, exact, pt4, step4, ptid, nprod, n4,
+                           load_region(scr, sb + o_w, exact, pt4, step4, ptid, nprod, n4))
+                x = load_region(scr, sb + o_kd, exact, pt4, step4, ptid, nprod, n4)
             block_sync()
-            # phase 2: the next chunk's W^T / U / gamma (other gamma buffer) into shared
-            # memory, this chunk's vn out (over its U slice), then the next chunk's Kd loads
-            ptid = opaque(ptid)
-            if ci + 1 < nch:
-                store_ug(sm, u0, u1, (ci + 1) & 1, xu)
-                copy_ug_rest(sm, scr, sn, ptid + 2 * nprod, nprod, ncg, cu, V, off_u, o_g,
-                             off_g, (ci + 1) & 1)
-                put_region(sm, scr, sn + o_w, OFF_WQ, exact, pt4, step4, ptid, nprod, n4, x)
-            store_rows(scr, sb + cu, V, sm, OFF_VN, L, ncg, walk)
-            x = zero_slots()
-            if ci + 1 < nch:
-                x = load_region(scr, sn + o_kd, exact, pt4, step4, ptid, nprod, n4)
+            for ci in range(nch):
+                L = min(C, ln - ci * C)
+                sn = sb + F
+                # phase 1: this chunk's Kd (carried) into shared memory, the chunk-start state
+                # out, then the loads of the next chunk's W^T / U / gamma
+                ptid = opaque(ptid)
+                if pf_l2 and ci + 2 < nch:
+                    prefetch_chunk_l2(scr, sb + 2 * F, o_w, o_w, nvh, I32(0), ptid, nprod)
+                put_region(sm, scr, sb + o_kd, off_kp, exact, pt4, step4, ptid, nprod, n4, x)
+                store_rows(scr, sh, V, sm, 0, K, ncg, walk)
+                x = zero_slots()
+                xu = (_Z4, _Z4)
+                if ci + 1 < nch:
+                    xu = load_ug(scr, sn, u0, u1)
+                    x = load_region(scr, sn + o_w, exact, pt4, step4, ptid, nprod, n4)
+                block_sync()
+                # phase 2: the next chunk's W^T / U / gamma (other gamma buffer) into shared
+                # memory, this chunk's vn out (over its U slice), then the next chunk's Kd loads
+                ptid = opaque(ptid)
+                if ci + 1 < nch:
+                    store_ug(sm, u0, u1, (ci + 1) & 1, xu)
+                    copy_ug_rest(sm, scr, sn, ptid + 2 * nprod, nprod, ncg, cu, V, off_u, o_g,
+                                 off_g, (ci + 1) & 1)
+                    put_region(sm, scr, sn + o_w, OFF_WQ, exact, pt4, step4, ptid, nprod, n4, x)
+                store_rows(scr, sb + cu, V, sm, OFF_VN, L, ncg, walk)
+                x = zero_slots()
+                if ci + 1 < nch:
+                    x = load_region(scr, sn + o_kd, exact, pt4, step4, ptid, nprod, n4)
+                block_sync()
+                sb += F
+                sh += shs
+        else:
             block_sync()
-            sb += F
-            sh += shs
-    else:
-        block_sync()
-        half1 = n1 == 0 and ncg == 3             # half-row units (twelve-column items)
-        half2 = nq == 0 and ncg == 3
-        place = PLACE_GROUP
-        if n1 < 0:                               # two-row units, placed (place_unit)
-            place = -n1
-            n1 = C // 2
-        placed = place != PLACE_GROUP and ncg == 3
-        nslot = place_slots(place)
-        if n1 == 0:                              # (other items: two- / four-row units)
-            n1 = C // 2
-        if nq == 0:
-            nq = K // 4
-        ns = nq * ncg
-        for ci in range(nch):
-            L = min(C, ln - ci * C)
-            gb = off_g + (ci & 1) * C            # this chunk's gamma buffer
-            # phase 1: chunked step 6 (vn = U - W h), m ascending
-            if half1:
-                for u in range(tid, 2 * C, ncomp):
-                    rec_phase1_half(sm, u, K, off_u)
-            elif placed:
-                for u in range(tid, nslot, ncomp):
-                    k1, g1, act = place_unit(u, place)
-                    if act:
-                        rec_phase1_rows2(sm, k1, g1, K, off_u)
-            else:
-                for u in range(tid, n1 * ncg, ncomp):
-                    rec_phase1_unit(sm, u, n1, K, off_u)
-            block_sync()
-            # phase 2: chunked step 8 (h' = h * gamma_{L-1}, then fma(Kd_jm, vn_jc, h')
-            # for j = 0 .. L-1), in place
-            gl = ld1(sm, gb + L - 1)
-            if half2:
-                for u in range(tid, K, ncomp):
-                    rec_state_half(sm, u, off_kp, K, gl, L)
-            else:
-                for u in range(tid, ns, ncomp):
-                    rec_state_unit(sm, u, nq, off_kp, K, gl, L)
-            block_sync()
+            half1 = n1 == 0 and ncg == 3             # half-row units (twelve-column items)
+            half2 = nq == 0 and ncg == 3
+            place = PLACE_GROUP
+            if n1 < 0:                               # two-row units, placed (place_unit)
+                place = -n1
+                n1 = C // 2
+            placed = place != PLACE_GROUP and ncg == 3
+            nslot = place_slots(place)
+            if n1 == 0:                              # (other items: two- / four-row units)
+                n1 = C // 2
+            if nq == 0:
+                nq = K // 4
+            ns = nq * ncg
+            for ci in range(nch):
+                L = min(C, ln - ci * C)
+                gb = off_g + (ci & 1) * C            # this chunk's gamma buffer
+                # phase 1: chunked step 6 (vn = U - W h), m ascending
+                if half1:
+                    for u in range(tid, 2 * C, ncomp):
+                        rec_phase1_half(sm, u, K, off_u)
+                elif placed:
+                    for u in range(tid, nslot, ncomp):
+                        k1, g1, act = place_unit(u, place)
+                        if act:
+                            rec_phase1_rows2(sm, k1, g1, K, off_u)
+                else:
+                    for u in range(tid, n1 * ncg, ncomp):
+                        rec_phase1_unit(sm, u, n1, K, off_u)
+                block_sync()
+                # phase 2: chunked step 8 (h' = h * gamma_{L-1}, then fma(Kd_jm, vn_jc, h')
+                # for j = 0 .. L-1), in place
+                gl = ld1(sm, gb + L - 1)
+                if half2:
+                    for u in range(tid, K, ncomp):
+                        state_half(sm, u, off_kp, K, gl, L)
+                else:
+                    for u in range(tid, ns, ncomp):
+                        rec_state_unit(sm, u, nq, off_kp, K, gl, L)
+                block_sync()
 
-    store_state_slice(hT, hT_idx[n], hv, c0, sm, K, w, tid, nthr)
+        store_state_slice(hT, hT_idx[n], hv, c0, sm, K, w, tid, nthr)
+
+    return rec_phase1_rows2, rec_phase1_unit, rec_state_item
+
+
+rec_phase1_rows2, rec_phase1_unit, rec_state_item = make_rec_forms(rows2_ahead, rec_state_half)
 
 
 def gdn_rec_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, ncomp,

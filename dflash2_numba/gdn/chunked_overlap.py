@@ -224,10 +224,13 @@ def supports(plan: GdnPlan) -> None:
     RP.supports(plan)
 
 
-def prepare(plan: GdnPlan, stream) -> None:
+def prepare(plan: GdnPlan, stream, state=None, state_name: str = RC.STATE_NAME) -> None:
     """Plan time: chunked_rec_pipe's plan (scratch, tables, chunk-start states), then this
     variant's kernels (own compiled copies with the carveout), segment tables, state rows,
-    streams and events (launches allocate nothing: CUDA-graph capturable)."""
+    streams and events (launches allocate nothing: CUDA-graph capturable). ``state`` /
+    ``state_name``: another compiled recurrence kernel with ``gdn_rec_state``'s arguments,
+    shared memory and launch bounds, and its name (a variant built on this schedule:
+    :mod:`.chunked_ahead`)."""
     RP.prepare(plan, stream)
     s = plan.scratch
     nseg, pthreads, carve = knobs(s.nslots, plan.H, plan.K)
@@ -239,7 +242,8 @@ def prepare(plan: GdnPlan, stream) -> None:
         s.prep_kernel = DynShared(_prep, 4 * smem_floats(K), carve)
     s.prep_threads = pthreads
     s.out_at_end = out_schedule() == "end"
-    s.rec.state = DynShared(_state, 4 * rec_floats(K), carve)
+    s.rec.state = DynShared(_state if state is None else state, 4 * rec_floats(K), carve)
+    s.rec.state_name = state_name
     out_shared = RP.OUT_FORMS[s.rec.out_name][2]          # (chunked_rec_pipe's choice)
     s.rec.out = DynShared(_outs[s.rec.out_name], 4 * out_shared(K, V), carve)
     seqs = plan.seqs.copy_to_host(stream=stream)
@@ -285,7 +289,7 @@ def _launch_segment(plan: GdnPlan, g, seg, si: int, around, outputs: bool) -> No
     g.ev_prep[si].wait(g.s_rec)
     if seg.n_items:
         around(si, "rec", g.s_rec, lambda: _registry.launch(
-            RC.STATE_NAME, r.state, seg.n_items, r.threads, g.s_rec, plan.o, g.rows, seg.row_in,
+            r.state_name, r.state, seg.n_items, r.threads, g.s_rec, plan.o, g.rows, seg.row_in,
             g.rows, seg.row_out, seg.seqs, seg.items, s.scr, s.F, np.int32(plan.H),
             np.int32(plan.K), r.snap0, r.ncomp, r.n1, r.nq))
     g.ev_rec[si].record(g.s_rec)

@@ -1,0 +1,141 @@
+"""The recurrence kernel of variant ``chunked_ahead``: :mod:`._split_state_rec`'s
+``gdn_rec_state`` (warp-specialised, compute and copy warps, two barriers a chunk step)
+with the compute warps' shared loads issued further ahead of the fma that use them. Same
+chains, same operands, same order, same initial values: the final state, the chunk-start
+states and vn are chunked's, byte for byte.
+
+Why: a chunk step's two phases run on three or four compute warps, one a scheduler, so
+nothing covers a warp's wait on its own loads (``bench/gdn_fast_notes.md`` sections 22-23).
+
+* Phase 1's two-row units (:func:`rows2_deep`) issue each pass's loads two passes (eight
+  m steps) ahead instead of one; with three warps' loads in the shared pipe a load can take
+  longer than one pass of 32 fma to return. On the H200 the phase alone went from 3390 to
+  3044 cycles a pass (``bench/rec_loop_micro.py``, configurations ``128x2x0`` / ``128x2dx0``).
+* Phase 2's half-row units (:func:`rec_state_half_ahead`) issue each step's three loads a
+  step ahead: the device's ptxas otherwise puts an unrolled iteration's twelve loads in a
+  row and the warp waits on them. The phase alone went from 2871 to 2154 cycles a pass.
+
+Everything else (the copy warps, the barriers, the items, the other unit forms of
+``DFLASH2_GDN_REC_ROWS``) is :func:`._split_state_rec.make_rec_forms`' item, unchanged.
+"""
+from __future__ import annotations
+
+from .._compat import SIMULATOR, cuda
+from ._split_ops import VS, _dev, fma2, fma4, ld2, ld4, st4
+from ._split_state import OFF_VN, scale4
+from ._split_state_rec import _F32, four_steps, half_cols, make_rec_forms
+
+
+@_dev
+def rows2_deep(src, p, stride, x, px, a0, a1, n):
+    """``rows2_ahead``'s chains (``a_r[c] = fma(src[p + t*stride + r], x[px + t*VS + c],
+    a_r[c])``, t ascending, r = 0, 1) with each pass's loads issued two passes (eight steps)
+    ahead instead of one: under three warps' load traffic a load may take longer than one
+    pass of 32 fma to return. ``n`` a multiple of 4, at least 8; no load past row ``n - 1``.
+    Phase 1's two-row chains in ``gdn_rec_ahead_state``."""
+    s2 = 2 * stride
+    s3 = 3 * stride
+    f0 = ld2(src, p)
+    f1 = ld2(src, p + stride)
+    f2 = ld2(src, p + s2)
+    f3 = ld2(src, p + s3)
+    h0 = ld4(x, px)
+    h1 = ld4(x, px + VS)
+    h2 = ld4(x, px + 2 * VS)
+    h3 = ld4(x, px + 3 * VS)
+    p += 4 * stride
+    px += 4 * VS
+    g0 = ld2(src, p)
+    g1 = ld2(src, p + stride)
+    g2 = ld2(src, p + s2)
+    g3 = ld2(src, p + s3)
+    k0 = ld4(x, px)
+    k1 = ld4(x, px + VS)
+    k2 = ld4(x, px + 2 * VS)
+    k3 = ld4(x, px + 3 * VS)
+    t = 8
+    while t < n:
+        p += 4 * stride
+        px += 4 * VS
+        e0 = ld2(src, p)
+        e1 = ld2(src, p + stride)
+        e2 = ld2(src, p + s2)
+        e3 = ld2(src, p + s3)
+        y0 = ld4(x, px)
+        y1 = ld4(x, px + VS)
+        y2 = ld4(x, px + 2 * VS)
+        y3 = ld4(x, px + 3 * VS)
+        a0, a1 = four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1)
+        f0, f1, f2, f3 = g0, g1, g2, g3
+        h0, h1, h2, h3 = k0, k1, k2, k3
+        g0, g1, g2, g3 = e0, e1, e2, e3
+        k0, k1, k2, k3 = y0, y1, y2, y3
+        t += 4
+    a0, a1 = four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1)
+    return four_steps(g0, g1, g2, g3, k0, k1, k2, k3, a0, a1)
+
+
+@_dev
+def rec_state_half_ahead(sm, u, off_kp, K, gl, L):
+    """:func:`rec_state_half` with each step's three shared loads (Kd, the two vn parts)
+    issued a step ahead of its fma: the same twelve chains, initial values and j order, so
+    the same bytes. The device's ptxas leaves the plain loop's loads at the top of each
+    unrolled iteration, twelve in a row, and the warp then waits on them
+    (``bench/gdn_fast_notes.md`` section 22); here they interleave with the fma. Phase 2's
+    half-row units in ``gdn_rec_ahead_state`` (``r2 = a`` in ``bench/rec_loop_micro.py``)."""
+    m0 = 2 * (u >> 1)
+    c4, c2 = half_cols(u)
+    ph = m0 * VS
+    a0 = scale4(ld4(sm, ph + c4), gl)
+    a1 = scale4(ld4(sm, ph + VS + c4), gl)
+    h0 = ld2(sm, ph + c2)
+    h1 = ld2(sm, ph + VS + c2)
+    b0 = (h0[0] * gl, h0[1] * gl)
+    b1 = (h1[0] * gl, h1[1] * gl)
+    if L > 0:
+        p = off_kp + m0
+        pv = OFF_VN
+        f = ld2(sm, p)
+        va = ld4(sm, pv + c4)
+        vb = ld2(sm, pv + c2)
+        j = 1
+        while j < L:
+            p += K
+            pv += VS
+            fn = ld2(sm, p)
+            van = ld4(sm, pv + c4)
+            vbn = ld2(sm, pv + c2)
+            a0 = fma4(f[0], va, a0)
+            a1 = fma4(f[1], va, a1)
+            b0 = fma2(f[0], vb, b0)
+            b1 = fma2(f[1], vb, b1)
+            f = fn
+            va = van
+            vb = vbn
+            j += 1
+        a0 = fma4(f[0], va, a0)
+        a1 = fma4(f[1], va, a1)
+        b0 = fma2(f[0], vb, b0)
+        b1 = fma2(f[1], vb, b1)
+    st4(sm, ph + c4, a0)
+    st4(sm, ph + VS + c4, a1)
+    sm[ph + c2] = b0[0]
+    sm[ph + c2 + 1] = b0[1]
+    sm[ph + VS + c2] = b1[0]
+    sm[ph + VS + c2 + 1] = b1[1]
+
+
+rec_phase1_rows2_deep, rec_phase1_unit_deep, rec_ahead_item = make_rec_forms(
+    rows2_deep, rec_state_half_ahead)
+if SIMULATOR:
+    # (the item reads ``cuda.threadIdx`` through :mod:`._split_state_rec`'s globals, which the
+    # simulator swaps only for kernels defined there; a simulated device function swaps its
+    # own module's. On a GPU the item is compiled into the kernel and nothing is swapped.)
+    rec_ahead_item = cuda.jit(device=True)(rec_ahead_item)
+
+
+def gdn_rec_ahead_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0,
+                               ncomp, n1, nq):
+    sm = cuda.shared.array(0, _F32)
+    rec_ahead_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0,
+                   cuda.blockIdx.x, ncomp, n1, nq, sm)
