@@ -134,11 +134,11 @@ _RECURRENCE_EDITS = (
 )
 
 
-def _build_recurrence(launch_bounds):
-    """``gdn_rec_state`` with stamps: its arguments, then ``stamps``, ``c_lo``, ``c_hi``."""
-    item, namespace = edited_device_function(_split_state_rec, "rec_state_item",
-                                             _RECURRENCE_EDITS, "clocked_item",
-                                             {"clk": clk, "rec": rec})
+def _build_recurrence(launch_bounds, module=_split_state_rec, fn_name="rec_state_item"):
+    """``gdn_rec_state`` (or another item of ``make_rec_forms``: ``module.fn_name``) with
+    stamps: its arguments, then ``stamps``, ``c_lo``, ``c_hi``."""
+    item, namespace = edited_device_function(module, fn_name, _RECURRENCE_EDITS,
+                                             "clocked_item", {"clk": clk, "rec": rec})
     f32 = namespace["_F32"]
 
     def clocked_rec_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, ncomp,
@@ -170,16 +170,24 @@ _KERNELS = {}
 def clocked_kernel(variant: str = "chunked_ws"):
     """The state pass of ``variant`` (``chunked_ws``, ``chunked_wsr``, ``chunked_wsr_two_loop``,
     or ``chunked_wsr:FORM`` with an output unit of :mod:`bench._out_unit_forms`; or
-    ``chunked_rec`` / ``chunked_rec_pipe``, whose recurrence has its own arguments:
-    ``snap0, ncomp, n1, nq``) with cycle stamps:
-    the state kernel's arguments, then ``stamps`` int64 [items, c_hi - c_lo, warps, 5],
-    ``c_lo``, ``c_hi`` (built once per variant)."""
+    ``chunked_rec`` / ``chunked_rec_pipe`` / ``chunked_ahead``, whose recurrences have their
+    own arguments: ``snap0, ncomp, n1, nq``) with cycle stamps: the state kernel's
+    arguments, then ``stamps`` int64 [items, c_hi - c_lo, warps, 5], ``c_lo``, ``c_hi``
+    (built once per variant)."""
     if variant in ("chunked_rec", "chunked_rec_pipe"):
         from dflash2_numba.gdn import chunked_rec as RC
 
         if "chunked_rec" not in _KERNELS:
             _KERNELS["chunked_rec"] = _build_recurrence(RC.STATE_LAUNCH_BOUNDS)
         return _KERNELS["chunked_rec"]
+    if variant == "chunked_ahead":                 # (gdn_rec_ahead_state's item)
+        from dflash2_numba.gdn import _split_state_ahead
+        from dflash2_numba.gdn import chunked_rec as RC
+
+        if variant not in _KERNELS:
+            _KERNELS[variant] = _build_recurrence(RC.STATE_LAUNCH_BOUNDS, _split_state_ahead,
+                                                  "rec_ahead_item")
+        return _KERNELS[variant]
     if variant not in _KERNELS:
         if variant == "chunked_ws":
             _KERNELS[variant] = _build(_split_state_ws, "ws_state_item", _WS_EDITS)

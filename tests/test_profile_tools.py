@@ -106,7 +106,8 @@ def test_prep_forms_swapped_into_a_planned_call_rewrite_its_bytes(form):
     _assert_results_are(call, ref)
 
 
-@pytest.mark.parametrize("variant", ["chunked_ws", "chunked_wsr", "chunked_rec", *STAGED_OUT])
+@pytest.mark.parametrize("variant", ["chunked_ws", "chunked_wsr", "chunked_rec", "chunked_ahead",
+                                     *STAGED_OUT])
 def test_clocked_state_pass_is_the_state_pass_and_stamps_every_sampled_chunk(monkeypatch,
                                                                             variant):
     """bench/profile_kernels.py phase-clock: a warp-specialised state pass with per-warp

@@ -127,15 +127,14 @@ def rec_state_half_ahead(sm, u, off_kp, K, gl, L):
 
 rec_phase1_rows2_deep, rec_phase1_unit_deep, rec_ahead_item = make_rec_forms(
     rows2_deep, rec_state_half_ahead)
-if SIMULATOR:
-    # (the item reads ``cuda.threadIdx`` through :mod:`._split_state_rec`'s globals, which the
-    # simulator swaps only for kernels defined there; a simulated device function swaps its
-    # own module's. On a GPU the item is compiled into the kernel and nothing is swapped.)
-    rec_ahead_item = cuda.jit(device=True)(rec_ahead_item)
+# (the item reads ``cuda.threadIdx`` through :mod:`._split_state_rec`'s globals, which the
+# simulator swaps only for kernels defined there; a simulated device function swaps its own
+# module's. On a GPU the item is compiled into the kernel and nothing is swapped.)
+_item = cuda.jit(device=True)(rec_ahead_item) if SIMULATOR else rec_ahead_item
 
 
 def gdn_rec_ahead_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0,
                                ncomp, n1, nq):
     sm = cuda.shared.array(0, _F32)
-    rec_ahead_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0,
-                   cuda.blockIdx.x, ncomp, n1, nq, sm)
+    _item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, cuda.blockIdx.x,
+          ncomp, n1, nq, sm)

@@ -138,7 +138,8 @@ def prepare(plan: GdnPlan, stream, out=None) -> None:
     if S.fit_threads(_state, args, ncomp + ncopy) < ncomp + ncopy:   # pragma: no cover
         raise RuntimeError(f"chunked_rec: {ncomp} + {ncopy} threads do not fit one SM")
     s.rec = SimpleNamespace(
-        state=DynShared(_state, 4 * rec_floats(plan.K)), threads=ncomp + ncopy,
+        state=DynShared(_state, 4 * rec_floats(plan.K)), state_name=STATE_NAME,
+        threads=ncomp + ncopy,
         ncomp=np.int32(ncomp), n1=np.int32(n1), nq=np.int32(nq), snap0=snap0,
         out=DynShared(_out, 4 * out_floats(plan.K, plan.V)), out_threads=out_threads(plan.V),
         out_name=OUT_NAME)
@@ -153,7 +154,7 @@ def launch_state(plan: GdnPlan, stream) -> None:
     """The planned recurrence pass (one CTA per work item)."""
     s = plan.scratch
     r = s.rec
-    _registry.launch(STATE_NAME, r.state, s.n_items, r.threads, stream,
+    _registry.launch(r.state_name, r.state, s.n_items, r.threads, stream,
                      plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items,
                      s.scr, s.F, np.int32(plan.H), np.int32(plan.K), r.snap0, r.ncomp, r.n1,
                      r.nq)
