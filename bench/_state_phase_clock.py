@@ -135,8 +135,9 @@ _RECURRENCE_EDITS = (
 
 
 def _build_recurrence(launch_bounds, module=_split_state_rec, fn_name="rec_state_item"):
-    """``gdn_rec_state`` (or another item of ``make_rec_forms``: ``module.fn_name``) with
-    stamps: its arguments, then ``stamps``, ``c_lo``, ``c_hi``."""
+    """``gdn_rec_state`` (or another item of ``make_rec_forms``: ``module.fn_name``; its
+    source is ``rec_state_item``'s) with stamps: its arguments, then ``stamps``, ``c_lo``,
+    ``c_hi``."""
     item, namespace = edited_device_function(module, fn_name, _RECURRENCE_EDITS,
                                              "clocked_item", {"clk": clk, "rec": rec})
     f32 = namespace["_F32"]
@@ -181,12 +182,14 @@ def clocked_kernel(variant: str = "chunked_ws"):
             _KERNELS["chunked_rec"] = _build_recurrence(RC.STATE_LAUNCH_BOUNDS)
         return _KERNELS["chunked_rec"]
     if variant == "chunked_ahead":                 # (gdn_rec_ahead_state's item)
-        from dflash2_numba.gdn import _split_state_ahead
+        from types import SimpleNamespace
+
         from dflash2_numba.gdn import chunked_rec as RC
+        from dflash2_numba.gdn._split_state_ahead import gdn_rec_ahead_state_kernel as AK
 
         if variant not in _KERNELS:
-            _KERNELS[variant] = _build_recurrence(RC.STATE_LAUNCH_BOUNDS, _split_state_ahead,
-                                                  "rec_ahead_item")
+            _KERNELS[variant] = _build_recurrence(RC.STATE_LAUNCH_BOUNDS,
+                                                  SimpleNamespace(item=AK.item), "item")
         return _KERNELS[variant]
     if variant not in _KERNELS:
         if variant == "chunked_ws":

@@ -527,3 +527,26 @@ def test_out_bounds_ab_checks_bytes_under_each_bound(tmp_path, monkeypatch):
     monkeypatch.setenv("DFLASH2_GDN_OUT_TILE", "4x8")
     with pytest.raises(SystemExit, match="gdn_chunk_out_pipe"):
         B.main(["--small", "--T", "70", "--out", str(tmp_path)])
+
+
+def test_rec_forms_ab_checks_bytes_of_every_pair(tmp_path, monkeypatch):
+    """bench/rec_forms_ab.py swaps each pair of recurrence compute forms into one
+    chunked_ahead plan (twelve-column items here, so the half-row phase-2 units run): every
+    pair's call gives the frozen chunked's bytes, and the recurrence alone is timed for
+    each; a pair that names no form is refused."""
+    import json
+
+    from bench import rec_forms_ab as A
+    from dflash2_numba.gdn import chunked_split
+
+    monkeypatch.setattr(chunked_split, "COLS", 12)
+    assert A.main(["--small", "--T", "70", "--frozen", "--reps", "1", "--rounds", "1",
+                   "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "rec_forms_ab_T70.json").read_text())
+    pairs = ["pass:plain", "deep:ahead", "pass:ahead", "deep:plain"]
+    assert [(r["pair"], r["same"]) for r in rows if r["what"] == "bytes"] == \
+        [(p, True) for p in pairs]
+    alone = [r for r in rows if r["what"] == "recurrence alone"]
+    assert [r["pair"] for r in alone] == pairs and all(r["ms"] > 0 for r in alone)
+    with pytest.raises(SystemExit, match="--pairs"):
+        A.main(["--small", "--pairs", "deep:deep", "--out", str(tmp_path)])

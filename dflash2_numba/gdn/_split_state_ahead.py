@@ -23,7 +23,8 @@ from __future__ import annotations
 from .._compat import SIMULATOR, cuda
 from ._split_ops import VS, _dev, fma2, fma4, ld2, ld4, st4
 from ._split_state import OFF_VN, scale4
-from ._split_state_rec import _F32, four_steps, half_cols, make_rec_forms
+from ._split_state_rec import (_F32, four_steps, half_cols, make_rec_forms, rec_state_half,
+                               rows2_ahead)
 
 
 @_dev
@@ -125,16 +126,31 @@ def rec_state_half_ahead(sm, u, off_kp, K, gl, L):
     sm[ph + VS + c2 + 1] = b1[1]
 
 
-rec_phase1_rows2_deep, rec_phase1_unit_deep, rec_ahead_item = make_rec_forms(
-    rows2_deep, rec_state_half_ahead)
-# (the item reads ``cuda.threadIdx`` through :mod:`._split_state_rec`'s globals, which the
-# simulator swaps only for kernels defined there; a simulated device function swaps its own
-# module's. On a GPU the item is compiled into the kernel and nothing is swapped.)
-_item = cuda.jit(device=True)(rec_ahead_item) if SIMULATOR else rec_ahead_item
+P1_FORMS = {"pass": rows2_ahead, "deep": rows2_deep}   # phase 1's two-row chain functions
+P2_FORMS = {"plain": rec_state_half, "ahead": rec_state_half_ahead}   # phase 2's half-row units
 
 
-def gdn_rec_ahead_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0,
-                               ncomp, n1, nq):
-    sm = cuda.shared.array(0, _F32)
-    _item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, cuda.blockIdx.x,
-          ncomp, n1, nq, sm)
+def rec_kernel_for(p1: str, p2: str):
+    """A recurrence kernel function with ``gdn_rec_state``'s arguments, shared memory and
+    chains, built by ``make_rec_forms`` on ``P1_FORMS[p1]`` and ``P2_FORMS[p2]`` (compile it
+    under ``gdn_rec_state``'s launch bounds). ``pass`` / ``plain`` is ``gdn_rec_state``'s
+    code; ``bench/rec_forms_ab.py`` times the four pairs in one call."""
+    _, _, item = make_rec_forms(P1_FORMS[p1], P2_FORMS[p2])
+    # (the item reads ``cuda.threadIdx`` through :mod:`._split_state_rec`'s globals, which the
+    # simulator swaps only for kernels defined there; a simulated device function swaps its
+    # own module's. On a GPU the item is compiled into the kernel and nothing is swapped.)
+    run = cuda.jit(device=True)(item) if SIMULATOR else item
+
+    def rec_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, ncomp, n1,
+                   nq):
+        sm = cuda.shared.array(0, _F32)
+        run(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, cuda.blockIdx.x,
+            ncomp, n1, nq, sm)
+
+    rec_kernel.__name__ = rec_kernel.__qualname__ = f"gdn_rec_{p1}_{p2}_state_kernel"
+    rec_kernel.item = item          # (its source: bench/_state_phase_clock.py's clocked copy)
+    return rec_kernel
+
+
+rec_phase1_rows2_deep, rec_phase1_unit_deep, _ = make_rec_forms(rows2_deep, rec_state_half)
+gdn_rec_ahead_state_kernel = rec_kernel_for("deep", "ahead")
