@@ -21,10 +21,10 @@ Everything else (the copy warps, the barriers, the items, the other unit forms o
 from __future__ import annotations
 
 from .._compat import SIMULATOR, cuda
-from ._split_ops import VS, _dev, fma2, fma4, ld2, ld4, st4
-from ._split_state import OFF_VN, scale4
-from ._split_state_rec import (_F32, four_steps, half_cols, make_rec_forms, rec_state_half,
-                               rows2_ahead)
+from ._split_ops import VS, _dev, fma2, fma4, ld2, ld4
+from ._split_state import OFF_VN
+from ._split_state_rec import (_F32, four_steps, half_state_in, half_state_out, make_rec_forms,
+                               pass_loads, rec_state_half, rows2_ahead)
 
 
 @_dev
@@ -34,46 +34,21 @@ def rows2_deep(src, p, stride, x, px, a0, a1, n):
     ahead instead of one: under three warps' load traffic a load may take longer than one
     pass of 32 fma to return. ``n`` a multiple of 4, at least 8; no load past row ``n - 1``.
     Phase 1's two-row chains in ``gdn_rec_ahead_state``."""
-    s2 = 2 * stride
-    s3 = 3 * stride
-    f0 = ld2(src, p)
-    f1 = ld2(src, p + stride)
-    f2 = ld2(src, p + s2)
-    f3 = ld2(src, p + s3)
-    h0 = ld4(x, px)
-    h1 = ld4(x, px + VS)
-    h2 = ld4(x, px + 2 * VS)
-    h3 = ld4(x, px + 3 * VS)
-    p += 4 * stride
-    px += 4 * VS
-    g0 = ld2(src, p)
-    g1 = ld2(src, p + stride)
-    g2 = ld2(src, p + s2)
-    g3 = ld2(src, p + s3)
-    k0 = ld4(x, px)
-    k1 = ld4(x, px + VS)
-    k2 = ld4(x, px + 2 * VS)
-    k3 = ld4(x, px + 3 * VS)
+    w, h = pass_loads(src, p, stride, x, px)
+    wn, hn = pass_loads(src, p + 4 * stride, stride, x, px + 4 * VS)
     t = 8
     while t < n:
         p += 4 * stride
         px += 4 * VS
-        e0 = ld2(src, p)
-        e1 = ld2(src, p + stride)
-        e2 = ld2(src, p + s2)
-        e3 = ld2(src, p + s3)
-        y0 = ld4(x, px)
-        y1 = ld4(x, px + VS)
-        y2 = ld4(x, px + 2 * VS)
-        y3 = ld4(x, px + 3 * VS)
-        a0, a1 = four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1)
-        f0, f1, f2, f3 = g0, g1, g2, g3
-        h0, h1, h2, h3 = k0, k1, k2, k3
-        g0, g1, g2, g3 = e0, e1, e2, e3
-        k0, k1, k2, k3 = y0, y1, y2, y3
+        w2, h2 = pass_loads(src, p + 4 * stride, stride, x, px + 4 * VS)
+        a0, a1 = four_steps(w, h, a0, a1)
+        w = wn
+        h = hn
+        wn = w2
+        hn = h2
         t += 4
-    a0, a1 = four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1)
-    return four_steps(g0, g1, g2, g3, k0, k1, k2, k3, a0, a1)
+    a0, a1 = four_steps(w, h, a0, a1)
+    return four_steps(wn, hn, a0, a1)
 
 
 @_dev
@@ -84,15 +59,7 @@ def rec_state_half_ahead(sm, u, off_kp, K, gl, L):
     unrolled iteration, twelve in a row, and the warp then waits on them
     (``bench/gdn_fast_notes.md`` section 22); here they interleave with the fma. Phase 2's
     half-row units in ``gdn_rec_ahead_state`` (``r2 = a`` in ``bench/rec_loop_micro.py``)."""
-    m0 = 2 * (u >> 1)
-    c4, c2 = half_cols(u)
-    ph = m0 * VS
-    a0 = scale4(ld4(sm, ph + c4), gl)
-    a1 = scale4(ld4(sm, ph + VS + c4), gl)
-    h0 = ld2(sm, ph + c2)
-    h1 = ld2(sm, ph + VS + c2)
-    b0 = (h0[0] * gl, h0[1] * gl)
-    b1 = (h1[0] * gl, h1[1] * gl)
+    m0, c4, c2, ph, a0, a1, b0, b1 = half_state_in(sm, u, gl)
     if L > 0:
         p = off_kp + m0
         pv = OFF_VN
@@ -118,12 +85,7 @@ def rec_state_half_ahead(sm, u, off_kp, K, gl, L):
         a1 = fma4(f[1], va, a1)
         b0 = fma2(f[0], vb, b0)
         b1 = fma2(f[1], vb, b1)
-    st4(sm, ph + c4, a0)
-    st4(sm, ph + VS + c4, a1)
-    sm[ph + c2] = b0[0]
-    sm[ph + c2 + 1] = b0[1]
-    sm[ph + VS + c2] = b1[0]
-    sm[ph + VS + c2 + 1] = b1[1]
+    half_state_out(sm, ph, c4, c2, a0, a1, b0, b1)
 
 
 P1_FORMS = {"pass": rows2_ahead, "deep": rows2_deep}   # phase 1's two-row chain functions

@@ -197,24 +197,37 @@ def rows2_ahead(src, p, stride, x, px, a0, a1, n):
         k1 = ld4(x, px + VS)
         k2 = ld4(x, px + 2 * VS)
         k3 = ld4(x, px + 3 * VS)
-        a0, a1 = four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1)
+        a0, a1 = four_steps((f0, f1, f2, f3), (h0, h1, h2, h3), a0, a1)
         f0, f1, f2, f3 = g0, g1, g2, g3
         h0, h1, h2, h3 = k0, k1, k2, k3
         t += 4
-    return four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1)
+    return four_steps((f0, f1, f2, f3), (h0, h1, h2, h3), a0, a1)
 
 
 @_dev
-def four_steps(f0, f1, f2, f3, h0, h1, h2, h3, a0, a1):
-    """Four steps of :func:`rows2_ahead`'s two chains per column, in order."""
-    a0 = fma4(f0[0], h0, a0)
-    a1 = fma4(f0[1], h0, a1)
-    a0 = fma4(f1[0], h1, a0)
-    a1 = fma4(f1[1], h1, a1)
-    a0 = fma4(f2[0], h2, a0)
-    a1 = fma4(f2[1], h2, a1)
-    a0 = fma4(f3[0], h3, a0)
-    a1 = fma4(f3[1], h3, a1)
+def pass_loads(src, p, stride, x, px):
+    """The operands of one pass (four steps t = 0 .. 3) of :func:`rows2_ahead`'s chains as
+    one call: the W^T pairs ``src[p + t*stride ..]`` and the state rows ``x[px + t*VS ..]``
+    (``_split_state_ahead.rows2_deep``'s loads; :func:`rows2_ahead` keeps its own inline:
+    through this call its sm_90 SASS changes, and its timings are of the inline form)."""
+    s2 = 2 * stride
+    s3 = 3 * stride
+    return ((ld2(src, p), ld2(src, p + stride), ld2(src, p + s2), ld2(src, p + s3)),
+            (ld4(x, px), ld4(x, px + VS), ld4(x, px + 2 * VS), ld4(x, px + 3 * VS)))
+
+
+@_dev
+def four_steps(w, h, a0, a1):
+    """Four steps of :func:`rows2_ahead`'s two chains per column, in order, on one pass's
+    operands (:func:`pass_loads`)."""
+    a0 = fma4(w[0][0], h[0], a0)
+    a1 = fma4(w[0][1], h[0], a1)
+    a0 = fma4(w[1][0], h[1], a0)
+    a1 = fma4(w[1][1], h[1], a1)
+    a0 = fma4(w[2][0], h[2], a0)
+    a1 = fma4(w[2][1], h[2], a1)
+    a0 = fma4(w[3][0], h[3], a0)
+    a1 = fma4(w[3][1], h[3], a1)
     return a0, a1
 
 
@@ -315,12 +328,10 @@ def rec_phase1_half(sm, u, K, off_u):
 
 
 @_dev
-def rec_state_half(sm, u, off_kp, K, gl, L):
-    """Phase-2 unit ``u < K`` of a twelve-column item (``K / 2`` row pairs x two halves):
-    chunked step 8 for rows ``m0 = 2 (u >> 1)``, ``m0 + 1`` and the six columns of
-    :func:`half_cols`, in place (``h' = h * gamma_{L-1}``, then ``fma(Kd_jm, vn_jc, h')``
-    for j = 0 .. L-1): twelve chains, one 8-byte Kd load and two broadcast vn loads a step.
-    A warp covers 32 rows: its Kd load is one 128-byte wavefront."""
+def half_state_in(sm, u, gl):
+    """A half-row phase-2 unit's start: its first row ``m0``, columns ``c4``, ``c2``
+    (:func:`half_cols`), state offset ``ph``, and its twelve chains' initial values ``h *
+    gamma_{L-1}`` (two rows: four columns ``a0``, ``a1``, two columns ``b0``, ``b1``)."""
     m0 = 2 * (u >> 1)
     c4, c2 = half_cols(u)
     ph = m0 * VS
@@ -328,8 +339,28 @@ def rec_state_half(sm, u, off_kp, K, gl, L):
     a1 = scale4(ld4(sm, ph + VS + c4), gl)
     h0 = ld2(sm, ph + c2)
     h1 = ld2(sm, ph + VS + c2)
-    b0 = (h0[0] * gl, h0[1] * gl)
-    b1 = (h1[0] * gl, h1[1] * gl)
+    return m0, c4, c2, ph, a0, a1, (h0[0] * gl, h0[1] * gl), (h1[0] * gl, h1[1] * gl)
+
+
+@_dev
+def half_state_out(sm, ph, c4, c2, a0, a1, b0, b1):
+    """A half-row phase-2 unit's twelve chains' ends back into the state, in place."""
+    st4(sm, ph + c4, a0)
+    st4(sm, ph + VS + c4, a1)
+    sm[ph + c2] = b0[0]
+    sm[ph + c2 + 1] = b0[1]
+    sm[ph + VS + c2] = b1[0]
+    sm[ph + VS + c2 + 1] = b1[1]
+
+
+@_dev
+def rec_state_half(sm, u, off_kp, K, gl, L):
+    """Phase-2 unit ``u < K`` of a twelve-column item (``K / 2`` row pairs x two halves):
+    chunked step 8 for rows ``m0 = 2 (u >> 1)``, ``m0 + 1`` and the six columns of
+    :func:`half_cols`, in place (``h' = h * gamma_{L-1}``, then ``fma(Kd_jm, vn_jc, h')``
+    for j = 0 .. L-1): twelve chains, one 8-byte Kd load and two broadcast vn loads a step.
+    A warp covers 32 rows: its Kd load is one 128-byte wavefront."""
+    m0, c4, c2, ph, a0, a1, b0, b1 = half_state_in(sm, u, gl)
     p = off_kp + m0
     pv = OFF_VN
     j = 0
@@ -344,12 +375,7 @@ def rec_state_half(sm, u, off_kp, K, gl, L):
         p += K
         pv += VS
         j += 1
-    st4(sm, ph + c4, a0)
-    st4(sm, ph + VS + c4, a1)
-    sm[ph + c2] = b0[0]
-    sm[ph + c2 + 1] = b0[1]
-    sm[ph + VS + c2] = b1[0]
-    sm[ph + VS + c2 + 1] = b1[1]
+    half_state_out(sm, ph, c4, c2, a0, a1, b0, b1)
 
 
 def make_rec_forms(rows2_chains, state_half):
