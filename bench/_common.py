@@ -265,6 +265,21 @@ class Clock:
         return (time.perf_counter() - t0) * 1e3 / reps
 
 
+def ab_session(out: str):
+    """The start of an interleaved A/B tool's run (``bench/out_tile_ab.py``,
+    ``overlap_knobs.py``, ``rec_forms_ab.py``): ``out`` created; ``(torch, why torch is
+    missing, a Clock, the rows list, log)``, where ``log(row)`` appends a row and prints it."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    torch, why = try_import_torch()
+    rows = []
+
+    def log(row):
+        rows.append(row)
+        print(row, flush=True)
+
+    return torch, why, Clock(torch), rows, log
+
+
 def choose_reps(est_ms: float, target_ms: float, max_reps: int = 200, min_reps: int = 1) -> int:
     """Calls per trial so that one trial lasts about ``target_ms`` (at least ``min_reps``)."""
     if not est_ms or not math.isfinite(est_ms) or est_ms <= 0:

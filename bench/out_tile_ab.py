@@ -34,7 +34,7 @@ import os  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dflash2_numba  # noqa: E402,F401  (numpy shim before numba)
-from _common import Clock, capture_graph, try_import_torch  # noqa: E402
+from _common import ab_session, capture_graph  # noqa: E402
 from dflash2_numba.gdn import chunked_rec as RC  # noqa: E402
 from dflash2_numba.gdn import chunked_rec_pipe as RP  # noqa: E402
 from overlap_probe import inputs, plan_with  # noqa: E402
@@ -74,14 +74,7 @@ def main(argv=None) -> int:
     for t in tiles:
         if t not in RP.OUT_TILES:
             raise SystemExit(f"--tiles: one of {RP.OUT_TILES}, not {t!r}")
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    torch, why = try_import_torch()
-    clock = Clock(torch)
-    rows = []
-
-    def log(row):
-        rows.append(row)
-        print(row, flush=True)
+    torch, why, clock, rows, log = ab_session(args.out)
 
     ins = inputs(args.T, 1, args.small)
     calls = {}

@@ -34,7 +34,7 @@ import os  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dflash2_numba  # noqa: E402,F401  (numpy shim before numba)
-from _common import Clock, capture_graph, try_import_torch  # noqa: E402
+from _common import ab_session, capture_graph  # noqa: E402
 from dflash2_numba._streams import stream_priority  # noqa: E402
 from overlap_probe import KNOBS, inputs, plan_with  # noqa: E402
 from profile_kernels import host  # noqa: E402
@@ -60,14 +60,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    torch, why = try_import_torch()
-    clock = Clock(torch)
-    rows = []
-
-    def log(row):
-        rows.append(row)
-        print(row, flush=True)
+    torch, why, clock, rows, log = ab_session(args.out)
 
     ins = inputs(args.T, 1, args.small)
     ref = plan_with(ins, "chunked_rec_pipe", {})

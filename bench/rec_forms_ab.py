@@ -33,7 +33,7 @@ import os  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dflash2_numba  # noqa: E402,F401  (numpy shim before numba)
-from _common import Clock, capture_graph, try_import_torch  # noqa: E402
+from _common import ab_session, capture_graph  # noqa: E402
 from dflash2_numba._compat import jit_bounded  # noqa: E402
 from dflash2_numba._dynshared import DynShared  # noqa: E402
 from dflash2_numba.gdn import chunked_rec as RC  # noqa: E402
@@ -69,14 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
     pairs = parse_pairs(args.pairs)
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    torch, why = try_import_torch()
-    clock = Clock(torch)
-    rows = []
-
-    def log(row):
-        rows.append(row)
-        print(row, flush=True)
+    torch, why, clock, rows, log = ab_session(args.out)
 
     ins = inputs(args.T, 1, args.small)
     call = plan_with(ins, "chunked_ahead", {})

@@ -21,10 +21,10 @@ Everything else (the copy warps, the barriers, the items, the other unit forms o
 from __future__ import annotations
 
 from .._compat import SIMULATOR, cuda
-from ._split_ops import VS, _dev, fma2, fma4, ld2, ld4
+from ._split_ops import VS, _dev, ld2, ld4
 from ._split_state import OFF_VN
-from ._split_state_rec import (_F32, four_steps, half_state_in, half_state_out, make_rec_forms,
-                               pass_loads, rec_state_half, rows2_ahead)
+from ._split_state_rec import (_F32, four_steps, half_state_in, half_state_out, half_step,
+                               make_rec_forms, pass_loads, rec_state_half, rows2_ahead)
 
 
 @_dev
@@ -73,18 +73,12 @@ def rec_state_half_ahead(sm, u, off_kp, K, gl, L):
             fn = ld2(sm, p)
             van = ld4(sm, pv + c4)
             vbn = ld2(sm, pv + c2)
-            a0 = fma4(f[0], va, a0)
-            a1 = fma4(f[1], va, a1)
-            b0 = fma2(f[0], vb, b0)
-            b1 = fma2(f[1], vb, b1)
+            a0, a1, b0, b1 = half_step(f, va, vb, a0, a1, b0, b1)
             f = fn
             va = van
             vb = vbn
             j += 1
-        a0 = fma4(f[0], va, a0)
-        a1 = fma4(f[1], va, a1)
-        b0 = fma2(f[0], vb, b0)
-        b1 = fma2(f[1], vb, b1)
+        a0, a1, b0, b1 = half_step(f, va, vb, a0, a1, b0, b1)
     half_state_out(sm, ph, c4, c2, a0, a1, b0, b1)
 
 

@@ -343,6 +343,13 @@ def half_state_in(sm, u, gl):
 
 
 @_dev
+def half_step(f, va, vb, a0, a1, b0, b1):
+    """One step j of a half-row phase-2 unit's twelve chains: ``fma(Kd_jm, vn_jc, h')`` for
+    its two rows (``f``) and six columns (``va``: four, ``vb``: two)."""
+    return (fma4(f[0], va, a0), fma4(f[1], va, a1), fma2(f[0], vb, b0), fma2(f[1], vb, b1))
+
+
+@_dev
 def half_state_out(sm, ph, c4, c2, a0, a1, b0, b1):
     """A half-row phase-2 unit's twelve chains' ends back into the state, in place."""
     st4(sm, ph + c4, a0)
@@ -368,10 +375,7 @@ def rec_state_half(sm, u, off_kp, K, gl, L):
         f = ld2(sm, p)
         va = ld4(sm, pv + c4)
         vb = ld2(sm, pv + c2)
-        a0 = fma4(f[0], va, a0)
-        a1 = fma4(f[1], va, a1)
-        b0 = fma2(f[0], vb, b0)
-        b1 = fma2(f[1], vb, b1)
+        a0, a1, b0, b1 = half_step(f, va, vb, a0, a1, b0, b1)
         p += K
         pv += VS
         j += 1
