@@ -39,8 +39,9 @@ import dflash2_numba  # noqa: E402,F401  (numpy shim before numba)
 from dflash2_numba._compat import cuda, jit_bounded  # noqa: E402
 from dflash2_numba.gdn._common import C  # noqa: E402
 from dflash2_numba.gdn._split_ops import _dev  # noqa: E402
-from dflash2_numba.gdn._split_state_ahead import (rec_phase1_unit_deep,  # noqa: E402
-                                                  rec_state_half_ahead)
+from dflash2_numba.gdn._split_state_ahead import (rec_state_half_ahead,  # noqa: E402
+                                                  rows2_deep)
+from dflash2_numba.gdn._split_state_rec import make_rec_forms  # noqa: E402
 from dflash2_numba.gdn._split_state_rec import (PLACE_SPREAD, place_slots,  # noqa: E402
                                                 place_unit, rec_floats, rec_phase1_half,
                                                 rec_phase1_rows2, rec_phase1_unit,
@@ -79,6 +80,7 @@ def _finish(sink, cycles, sm, d0, d1, tid, ncomp):
 
 
 DEEP = -8      # (n1 of the two-row phase-1 units with their loads two passes ahead)
+_, rec_phase1_unit_deep, _ = make_rec_forms(rows2_deep, rec_state_half)   # (those units)
 
 
 @_dev

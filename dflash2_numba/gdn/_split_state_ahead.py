@@ -17,6 +17,9 @@ nothing covers a warp's wait on its own loads (``bench/gdn_fast_notes.md`` secti
 
 Everything else (the copy warps, the barriers, the items, the other unit forms of
 ``DFLASH2_GDN_REC_ROWS``) is :func:`._split_state_rec.make_rec_forms`' item, unchanged.
+Beside the copy warps most of the micro's gain is lost: the chunk step went from 7378 to
+7228 cycles and the call from 6.405 to 6.268 ms at T = 65536 (``bench/RESULTS.md``, GDN
+seventeenth round).
 """
 from __future__ import annotations
 
@@ -90,7 +93,7 @@ def rec_kernel_for(p1: str, p2: str):
     """A recurrence kernel function with ``gdn_rec_state``'s arguments, shared memory and
     chains, built by ``make_rec_forms`` on ``P1_FORMS[p1]`` and ``P2_FORMS[p2]`` (compile it
     under ``gdn_rec_state``'s launch bounds). ``pass`` / ``plain`` is ``gdn_rec_state``'s
-    code; ``bench/rec_forms_ab.py`` times the four pairs in one call."""
+    code; ``bench/rec_forms_ab.py`` times the four pairs in one plan."""
     _, _, item = make_rec_forms(P1_FORMS[p1], P2_FORMS[p2])
     # (the item reads ``cuda.threadIdx`` through :mod:`._split_state_rec`'s globals, which the
     # simulator swaps only for kernels defined there; a simulated device function swaps its
@@ -107,6 +110,4 @@ def rec_kernel_for(p1: str, p2: str):
     rec_kernel.item = item          # (its source: bench/_state_phase_clock.py's clocked copy)
     return rec_kernel
 
-
-rec_phase1_rows2_deep, rec_phase1_unit_deep, _ = make_rec_forms(rows2_deep, rec_state_half)
 gdn_rec_ahead_state_kernel = rec_kernel_for("deep", "ahead")
