@@ -47,11 +47,7 @@ def prepare(plan: GdnPlan, stream) -> None:
 def run(plan: GdnPlan, stream, around=OV._direct, outputs: bool = True) -> None:
     """chunked_overlap's call (:func:`.chunked_overlap.run`: ``around`` and ``outputs`` as
     there) on this variant's plan."""
-    if plan.n_items == 0:
-        return
-    if plan.scratch is None or not hasattr(plan.scratch, "seg"):
-        prepare(plan, stream)
-    OV.run(plan, stream, around, outputs)
+    OV.run(plan, stream, around, outputs, plan_with=prepare)
 
 
 def _kernels():

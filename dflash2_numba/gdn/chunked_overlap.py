@@ -300,16 +300,17 @@ def _launch_segment(plan: GdnPlan, g, seg, si: int, around, outputs: bool) -> No
             seg.chunks, s.F, np.int32(plan.H), np.int32(plan.K), seg.snap0))
 
 
-def run(plan: GdnPlan, stream, around=_direct, outputs: bool = True) -> None:
+def run(plan: GdnPlan, stream, around=_direct, outputs: bool = True, plan_with=None) -> None:
     """Fork from ``stream`` onto the variant's three streams, the state rows in, every
     segment, the final states out, and join back onto ``stream``. ``around(segment, kernel,
     stream, launch)`` makes each segment launch (``launch()``); a measurement passes one
     that records events on either side (``bench/overlap_probe.py timeline``, which also
-    leaves the outputs out with ``outputs=False``)."""
+    leaves the outputs out with ``outputs=False``). ``plan_with``: the prepare of a variant
+    built on this schedule (:mod:`.chunked_ahead`), for a plan not yet prepared."""
     if plan.n_items == 0:
         return
     if plan.scratch is None or not hasattr(plan.scratch, "seg"):
-        prepare(plan, stream)
+        (plan_with or prepare)(plan, stream)
     g = plan.scratch.seg
     g.fork.record(stream)
     for st in (g.s_prep, g.s_rec, g.s_out):
