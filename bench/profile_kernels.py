@@ -419,7 +419,8 @@ def _attn_plan(variant):
 
 def mode_attn_ab(args):
     """``tiled_compact``'s split kernel built with each ``--attn-options`` entry (schedule
-    options of its generator, same bits: ``defer_o``, ``score_steps``, ``pv_keys``): partial
+    options of its generator, same bits: ``defer_o``, ``score_steps``, ``pv_keys``,
+    ``score_depth``, ``pv_depth``, ``k_late``, ``pv_pairs``): partial
     and lse compared byte for byte with the registered kernel's after sentinel fill, then
     CUDA-event medians in interleaved rounds."""
     from dflash2_numba.attention import tiled_compact as TC
@@ -434,7 +435,7 @@ def mode_attn_ab(args):
         opts = {}
         for kv in [x for x in entry.split(",") if x]:
             k, v = kv.split("=")
-            opts[k] = bool(int(v)) if k == "defer_o" else int(v)
+            opts[k] = bool(int(v)) if k in ("defer_o", "k_late", "pv_pairs") else int(v)
         kern = cuda.jit(TC._make_split_kernel(256, True, **opts))
         name, dyn, grid, kargs = TC.split_launch(plan, {(256, True): kern})
         go = (lambda dyn=dyn, grid=grid, kargs=kargs: dyn[grid, TC.NT, 0](*kargs))
@@ -475,8 +476,9 @@ def main(argv=None):
     ap.add_argument("--attn-variant", default="tiled")
     ap.add_argument("--attn-options", default="defer_o=1;defer_o=0",
                     help="attn-ab: ';'-separated tiled_compact generator option sets, e.g. "
-                         "'defer_o=1;defer_o=1,score_steps=16;pv_keys=16' (defer_o 0/1, "
-                         "score_steps and pv_keys 4/8/16)")
+                         "'defer_o=1;defer_o=1,score_steps=16;pv_keys=16' (defer_o, k_late, "
+                         "pv_pairs 0/1; score_steps and pv_keys 4/8/16; score_depth and "
+                         "pv_depth 2/4)")
     ap.add_argument("--rounds", type=int, default=5,
                     help="attn-ab, gdn --prep-solve: interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=5)

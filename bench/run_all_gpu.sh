@@ -25,6 +25,8 @@
 #                     bench/smem_delivery.py: shared memory's bytes a cycle to the registers),
 #           out-bounds (bench/out_bounds_ab.py: the 8 x 8 output kernel under each OUT_BOUNDS launch
 #                     bound (128, B), default 3,4,2, bytes checked, timed interleaved at 65536),
+#           attn-ab (tiled_compact's split kernel under each ATTN_OPTIONS generator option set,
+#                     bytes checked against the registered kernel, timed interleaved at 261888),
 #           ncu-attn (per-instruction Nsight Compute report of one attention split launch at 261888,
 #                     summed per phase by bench/ncu_source_segments.py; NCU_ATTN_VARIANT,
 #                     default tiled_compact)
@@ -110,6 +112,10 @@ for stage in "$@"; do
       python3 bench/out_bounds_ab.py --T 65536 --blocks "${OUT_BOUNDS:-3,4,2}" --out "$out" \
           > "$out/out_bounds_ab.log" 2>&1; rc=$?
       grep -E "'what'" "$out/out_bounds_ab.log" | cut -c1-160 ;;
+    attn-ab)
+      python3 bench/profile_kernels.py attn-ab --attn-options "${ATTN_OPTIONS:-defer_o=1;defer_o=0}" \
+          --rounds "${ATTN_ROUNDS:-7}" --out "$out" > "$out/attn_ab.log" 2>&1; rc=$?
+      tail -n 20 "$out/attn_ab.log" ;;
     ncu-attn)
       v=${NCU_ATTN_VARIANT:-tiled_compact}
       ncu --clock-control none --set full --import-source no -k regex:split_kernel -c 1 \

@@ -142,15 +142,25 @@ def test_each_target_compiles_one_schedule():
     assert len(names) == 12
 
 
-@pytest.mark.parametrize("score_steps, pv_keys", [(4, 16), (16, 4)])
-def test_loop_step_options_keep_the_bytes(score_steps, pv_keys):
+@pytest.mark.parametrize("options", [
+    dict(score_steps=4, pv_keys=16), dict(score_steps=16, pv_keys=4),
+    dict(score_depth=4, pv_depth=4), dict(k_late=True), dict(pv_pairs=True),
+    dict(pv_pairs=True, k_late=True, score_steps=4, score_depth=4, pv_keys=4, pv_depth=4),
+    dict(D=256, pv_pairs=True, k_late=True, score_depth=4, pv_depth=4)])
+def test_schedule_options_keep_the_bytes(options):
     """The measurement options of the generator (K16 steps per score iteration, keys per PV
-    iteration) change the loop shape only: same partial and lse bytes."""
+    iteration, operand sets in flight, where the next tile's K is loaded and decoded, the PV
+    lanes' row groups) change the schedule only: same partial and lse bytes."""
     from dflash2_numba._compat import cuda
 
+    options = dict(options)
+    D = options.pop("D", 64)
     rng = np.random.default_rng(43)
-    c = case(rng, B=1, Q=2, Hq=2, Hkv=1, D=64, page_size=8, seq_lens=[200], strided=False)
-    ws = d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, splits=2)
+    c = case(rng, B=1, Q=2, Hq=2, Hkv=1, D=D, page_size=8, seq_lens=[200], strided=False)
+    # a NaN code in V at key 199, which one row sees and the other does not: the boundary
+    # tile takes the masked PV path
+    c["v_cache"][c["block_table"][0, 199 // 8], 199 % 8, 0, 3] = 0x7F
+    ws = d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=D, splits=2)
     plan = d2.plan_attention(c["q"], c["k_cache"], c["v_cache"], c["block_table"], c["seq_lens"],
                              scale=c["scale"], k_scale=c["k_scale"], v_scale=c["v_scale"],
                              splits=2, variant="tiled_compact", workspace=ws)
@@ -158,14 +168,16 @@ def test_loop_step_options_keep_the_bytes(score_steps, pv_keys):
     plan.launch()
     ref = (_host(ws.partial), _host(ws.lse))
     vec = TC.tiled._u32_view(plan.k_cache) is not None
-    kern = cuda.jit(TC._make_split_kernel(64, vec, score_steps=score_steps, pv_keys=pv_keys))
+    kern = cuda.jit(TC._make_split_kernel(D, vec, **options))
     ws.fill_sentinel()
-    _, dyn, grid, args = TC.split_launch(plan, {(64, vec): kern})
+    _, dyn, grid, args = TC.split_launch(plan, {(D, vec): kern})
     dyn[grid, TC.NT, 0](*args)
     assert _host(ws.partial).tobytes() == ref[0].tobytes()
     assert _host(ws.lse).tobytes() == ref[1].tobytes()
-    with pytest.raises(ValueError):
-        TC._source(64, True, score_steps=6)
+    for bad in (dict(score_steps=6), dict(score_depth=3), dict(score_steps=4, score_depth=8),
+                dict(pv_keys=4, pv_depth=8), dict(pv_depth=1)):
+        with pytest.raises(ValueError):
+            TC._source(64, True, **bad)
 
 
 @pytest.mark.parametrize("variant", ["tiled", "tiled_compact"])

@@ -105,7 +105,27 @@ def _bits_expr(bits):
     return " + ".join(f"(((tid >> {b}) & 1) << {i})" for i, b in enumerate(bits))
 
 
-def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
+def _plus(name, offset):
+    """``name + offset`` as source (just ``name`` for 0)."""
+    return f"{name} + {offset}" if offset else name
+
+
+def _pv_pair_roles(D, pv_pairs):
+    """The PV role redefined with paired row groups (``_source``'s ``pv_pairs``): thread
+    index bit 0 is the row group, the rest the column group; threads past 2 x D / 4 get a row
+    group of 2 or more (no PV work), as with the default roles."""
+    if not pv_pairs:
+        return []
+    CGN = D // 4
+    if 2 * CGN == NT:
+        return ["prg = tid & 1                                   # PV role (pairs): rows 8prg..,",
+                "pcg = tid >> 1                                  # columns 4pcg..4pcg+3"]
+    return [f"prg = (tid & 1) + 2 * (tid // {2 * CGN})       # PV role (pairs): rows 8prg..,",
+            f"pcg = (tid >> 1) - {CGN} * (tid // {2 * CGN})   # columns 4pcg..4pcg+3"]
+
+
+def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_depth=2,
+            k_late=False, pv_pairs=False):
     """Python source of the split kernel for head dim D; ``VEC``: 16-byte cache loads (else
     four 4-byte loads per chunk). Both share every other line. ``defer_o`` (a schedule
     option, same bits): apply O = fma(O, alpha, T) at the start of the next tile's PV, as
@@ -114,10 +134,24 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
     no spill there) but measured 1.2 % slower on the H200 (``bench/profile_kernels.py
     attn-ab``, bench/RESULTS.md). ``score_steps`` / ``pv_keys``: K16 steps per score-loop
     iteration and keys per PV-loop iteration (4, 8 or 16; the registered kernels use 8 and 8),
-    for measurements; the order of every accumulation is the same for all of them."""
+    for measurements; the order of every accumulation is the same for all of them.
+    ``score_depth`` / ``pv_depth``: operand sets in flight in the score / PV loop (2: each
+    step's shared-memory operands are loaded one step ahead; 4: three steps ahead, 24 more
+    registers); a divisor of the loop's steps per iteration. ``k_late``: the next tile's K is
+    loaded from global memory at the start of this tile's PV and decoded after it (before
+    the tile's last barrier) instead of loaded at the tile's start and decoded beside V:
+    its 16 words are then not live across the score loop. ``pv_pairs``: the PV role's lanes
+    pair up the two 8-row groups (row group = thread index bit 0, column group = the rest)
+    instead of giving each warp one row group: a warp's V load per key covers 16 column
+    groups (2 shared-memory wavefronts instead of 4), its hi / lo loads two row groups (one
+    wavefront each, as before)."""
     if score_steps not in (4, 8, 16) or pv_keys not in (4, 8, 16):
         raise ValueError("score_steps and pv_keys: 4, 8 or 16 (an even divisor of 16)")
-    SS, PK = score_steps, pv_keys
+    if score_depth not in (2, 4) or score_steps % score_depth:
+        raise ValueError("score_depth: 2 or 4, a divisor of score_steps")
+    if pv_depth not in (2, 4) or pv_keys % pv_depth:
+        raise ValueError("pv_depth: 2 or 4, a divisor of pv_keys")
+    SS, PK, SD, PD = score_steps, pv_keys, score_depth, pv_depth
     NSL = D // 16
     NPASS = (NSL + 7) // 8
     CPK = D // 16                    # 16-byte chunks per key row
@@ -200,6 +234,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
     ], after_roles=[
         f"lc = {_bits_expr(lc_bits)}     # load role: 16-byte column lc",
         f"lk0 = {_bits_expr(lk_bits)}    # of keys lk0 + {KSTEP}n",
+        *_pv_pair_roles(D, pv_pairs),
         "ks0 = k_cache.strides[0]", "ks1 = k_cache.strides[1]",
         "vs0 = v_cache.strides[0]", "vs1 = v_cache.strides[1]",
         "k_head = hk * k_cache.strides[2] + 16 * lc      # byte offset of the chunk in a row",
@@ -246,8 +281,9 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
     e(4, "slot0 = j0 - (j0 // page_size) * page_size")
     for n in range(NCH):
         chunk_offsets(4, n, f"j0 + {KSTEP * n}")
-    for n in range(NCH):
-        load(3, "kw", n, "k_cache", f"kof{n}")
+    if not k_late:
+        for n in range(NCH):
+            load(3, "kw", n, "k_cache", f"kof{n}")
 
     e(2, "# ---- A: K16 slice sums u for 8 rows x 4 keys, ascending i (4 steps per pass) ----")
     e(2, f"for ps in range({NPASS}):")
@@ -256,17 +292,20 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
     e(4, "_zero32(u)")
     e(4, f"qa = {QS} + sl * {QS_SL} + 8 * srg")
     e(4, f"ka = {KS} + sl * {KS_SL} + 4 * kg")
-    score_loads(4, 0, "qa", "ka")
+    for d in range(SD - 1):
+        score_loads(4, d, _plus("qa", d * RC), _plus("ka", d * TILE_KEYS))
     e(4, "it = 0")
-    e(4, f"while it < ns:                           # {16 // SS} x {SS} K16 steps; operands one step ahead")
+    e(4, f"while it < ns:                           # {16 // SS} x {SS} K16 steps; operands "
+         f"{SD - 1} step(s) ahead")
     e(5, f"nqa = qa + {SS * RC} if it + 1 < ns else qa")
     e(5, f"nka = ka + {SS * TILE_KEYS} if it + 1 < ns else ka")
     for ii in range(SS):
-        if ii < SS - 1:
-            score_loads(5, (ii + 1) % 2, f"qa + {(ii + 1) * RC}", f"ka + {(ii + 1) * TILE_KEYS}")
+        la = ii + SD - 1             # the step whose operands are loaded now
+        if la < SS:
+            score_loads(5, la % SD, _plus("qa", la * RC), _plus("ka", la * TILE_KEYS))
         else:
-            score_loads(5, 0, "nqa", "nka")
-        emit_fma_tile(e, 5, "u", f"q{ii % 2}_", f"k{ii % 2}_")
+            score_loads(5, la % SD, _plus("nqa", (la - SS) * RC), _plus("nka", (la - SS) * TILE_KEYS))
+        emit_fma_tile(e, 5, "u", f"q{ii % SD}_", f"k{ii % SD}_")
     e(5, "qa = nqa")
     e(5, "ka = nka")
     e(5, "it += 1")
@@ -293,9 +332,10 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
     e(2, "vnan = U0")
     for n in range(NCH):
         decode(2, "vw", n, is_v=True)
-    e(2, "if tile < last:")
-    for n in range(NCH):
-        decode(3, "kw", n, is_v=False)
+    if not k_late:
+        e(2, "if tile < last:")
+        for n in range(NCH):
+            decode(3, "kw", n, is_v=False)
     e(2, "if vnan != U0:")
     e(3, f"st1(sm, {NANV} + (tile & 1), F32_ONE)")
     e(2, "cuda.syncthreads()                               # S3")
@@ -303,6 +343,10 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
     emit_tree_update(e, L)
 
     e(2, "# ---- D: PV into T ----")
+    if k_late:
+        e(2, "if tile < last:                                  # K of the next tile")
+        for n in range(NCH):
+            load(3, "kw", n, "k_cache", f"kof{n}")
     e(2, "if prg < 2:")
     if defer_o:
         e(3, "if tile > first:")
@@ -316,22 +360,25 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
     e(4, "# hi over keys 0..15, lo over 0..15, hi over 16..31, lo over 16..31")
     e(4, "va = vb")
     e(4, "ha = hb")
-    pv_loads(4, 0, "va", "ha")
+    for d in range(PD - 1):
+        pv_loads(4, d, _plus("va", d * VRS), _plus("ha", d * HRS))
     G = 16 // PK                       # iterations per (half, hi / lo) pass
     lg = G.bit_length() - 1
     e(4, "it = 0")
-    e(4, f"while it < npv:                 # {4 * G} x {PK} keys: (half, hi / lo, {PK} keys); operands one key ahead")
+    e(4, f"while it < npv:                 # {4 * G} x {PK} keys: (half, hi / lo, {PK} keys); "
+         f"operands {PD - 1} key(s) ahead")
     e(5, "nx = it + 1 if it + 1 < npv else it")
     g_v = f" + (nx & {G - 1}) * {PK * VRS}" if G > 1 else ""
     g_h = f" + (nx & {G - 1}) * {PK * HRS}" if G > 1 else ""
     e(5, f"nva = vb + (nx >> {lg + 1}) * {16 * VRS}{g_v}")
     e(5, f"nha = (lb if ((nx >> {lg}) & 1) != 0 else hb) + (nx >> {lg + 1}) * {16 * HRS}{g_h}")
     for jj in range(PK):
-        if jj < PK - 1:
-            pv_loads(5, (jj + 1) % 2, f"va + {(jj + 1) * VRS}", f"ha + {(jj + 1) * HRS}")
+        la = jj + PD - 1             # the key whose operands are loaded now
+        if la < PK:
+            pv_loads(5, la % PD, _plus("va", la * VRS), _plus("ha", la * HRS))
         else:
-            pv_loads(5, 0, "nva", "nha")
-        emit_fma_tile(e, 5, "t", f"h{jj % 2}_", f"v{jj % 2}_")
+            pv_loads(5, la % PD, _plus("nva", (la - PK) * VRS), _plus("nha", (la - PK) * HRS))
+        emit_fma_tile(e, 5, "t", f"h{jj % PD}_", f"v{jj % PD}_")
     e(5, "va = nva")
     e(5, "ha = nha")
     e(5, "it += 1")
@@ -345,6 +392,10 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8):
     e(5, "for jj in range(16):")
     e(6, "j = 16 * half + jj")
     e(6, f"_pv_masked(sm, vb + j * {VRS}, lb + j * {HRS}, sa, np.float32(j), t)")
+    if k_late:
+        e(2, "if tile < last:                                  # (K is read before S1 only)")
+        for n in range(NCH):
+            decode(3, "kw", n, is_v=False)
     e(2, "cuda.syncthreads()                               # S4")
     if not defer_o:
         e(2, "# ---- O = fma(O, alpha, T): this tile's alpha is visible from S4 on ----")
