@@ -77,7 +77,7 @@ def event_median_ms(fn, reps=5, inner=3):
             fn()
         stop.record()
         stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop) / inner)
+        times.append(start.elapsed_time(stop) / inner)
     return float(np.median(times))
 
 
@@ -399,9 +399,10 @@ def mode_attn_once(args):
                  ms=event_median_ms(plan.launch, args.reps, args.inner))]
 
 
-def _attn_plan(variant):
-    """The production-shape plan at 261888 tokens (uniform random E4M3 bytes, no NaN codes)."""
-    D, HQ, PAGE, ctx = 256, 6, 3296, 261888
+def _attn_plan(variant, ctx=261888, splits=80):
+    """The production-shape plan at ``ctx`` tokens and ``splits`` splits, 261888 and 80 by
+    default (uniform random E4M3 bytes, no NaN codes)."""
+    D, HQ, PAGE = 256, 6, 3296
     pages = -(-ctx // PAGE) + 1
     rng = np.random.default_rng(3)
     caches = []
@@ -410,22 +411,22 @@ def _attn_plan(variant):
         c[(c & 0x7F) == 0x7F] = 0x10              # no NaN codes: the fast path throughout
         caches.append(cuda.to_device(c))
     q = cuda.to_device(rng.standard_normal((1, 8, HQ, D)).astype(np.float16))
-    ws = d2.AttentionWorkspace(batch=1, q_len=8, heads=HQ, head_dim=D, splits=80)
+    ws = d2.AttentionWorkspace(batch=1, q_len=8, heads=HQ, head_dim=D, splits=splits)
     plan = d2.plan_attention(q, caches[0], caches[1], np.arange(pages, dtype=np.int32)[None, :],
                              np.array([ctx], np.int32), scale=D ** -0.5,
-                             variant=variant, workspace=ws)
+                             splits=splits, variant=variant, workspace=ws)
     return plan, ws, ctx
 
 
 def mode_attn_ab(args):
     """``tiled_compact``'s split kernel built with each ``--attn-options`` entry (schedule
     options of its generator, same bits: ``defer_o``, ``score_steps``, ``pv_keys``,
-    ``score_depth``, ``pv_depth``, ``k_late``, ``pv_pairs``): partial
+    ``score_depth``, ``pv_depth``, ``k_late``, ``pv_pairs``, ``k_perm``): partial
     and lse compared byte for byte with the registered kernel's after sentinel fill, then
     CUDA-event medians in interleaved rounds."""
     from dflash2_numba.attention import tiled_compact as TC
 
-    plan, ws, ctx = _attn_plan("tiled_compact")
+    plan, ws, ctx = _attn_plan("tiled_compact", args.attn_ctx, args.attn_splits)
     ws.fill_sentinel()
     plan.launch()
     cuda.synchronize()
@@ -435,9 +436,9 @@ def mode_attn_ab(args):
         opts = {}
         for kv in [x for x in entry.split(",") if x]:
             k, v = kv.split("=")
-            opts[k] = bool(int(v)) if k in ("defer_o", "k_late", "pv_pairs") else int(v)
+            opts[k] = bool(int(v)) if k in ("defer_o", "k_late", "pv_pairs", "k_perm") else int(v)
         kern = cuda.jit(TC._make_split_kernel(256, True, **opts))
-        name, dyn, grid, kargs = TC.split_launch(plan, {(256, True): kern})
+        name, dyn, grid, kargs = TC.split_launch(plan, {(256, True): kern}, options=opts)
         go = (lambda dyn=dyn, grid=grid, kargs=kargs: dyn[grid, TC.NT, 0](*kargs))
         ws.fill_sentinel()
         go()
@@ -474,10 +475,13 @@ def main(argv=None):
                     help="phase-clock: the chunks LO:HI whose stamps are kept")
     ap.add_argument("--gdn-variant", default="chunked_split", help="gdn-once: the variant")
     ap.add_argument("--attn-variant", default="tiled")
+    ap.add_argument("--attn-ctx", type=int, default=261888,
+                    help="attn-ab: the context (tokens) of the production-shape plan")
+    ap.add_argument("--attn-splits", type=int, default=80, help="attn-ab: the plan's splits")
     ap.add_argument("--attn-options", default="defer_o=1;defer_o=0",
                     help="attn-ab: ';'-separated tiled_compact generator option sets, e.g. "
                          "'defer_o=1;defer_o=1,score_steps=16;pv_keys=16' (defer_o, k_late, "
-                         "pv_pairs 0/1; score_steps and pv_keys 4/8/16; score_depth and "
+                         "pv_pairs, k_perm 0/1; score_steps and pv_keys 4/8/16; score_depth and "
                          "pv_depth 2/4)")
     ap.add_argument("--rounds", type=int, default=5,
                     help="attn-ab, gdn --prep-solve: interleaved timing rounds")

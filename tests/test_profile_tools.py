@@ -550,3 +550,20 @@ def test_rec_forms_ab_checks_bytes_of_every_pair(tmp_path, monkeypatch):
     assert [r["pair"] for r in alone] == pairs and all(r["ms"] > 0 for r in alone)
     with pytest.raises(SystemExit, match="--pairs"):
         A.main(["--small", "--pairs", "deep:deep", "--out", str(tmp_path)])
+
+
+def test_attention_option_ab_checks_each_option_set_against_the_registered_kernel(tmp_path):
+    """``profile_kernels.py attn-ab`` (the tool that times tiled_compact's schedule options
+    on the GPU) builds each option set's kernel with its own shared-memory size, and finds
+    the registered kernel's partial and lse bytes for every one (a short context and two
+    splits, for the simulator)."""
+    import json
+
+    from bench.profile_kernels import main
+
+    opts = "defer_o=1;defer_o=1,k_perm=1,pv_pairs=1,k_late=1"
+    assert main(["attn-ab", "--attn-ctx", "40", "--attn-splits", "2", "--attn-options", opts,
+                 "--rounds", "1", "--reps", "1", "--inner", "1", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "profile_attn-ab.json").read_text())
+    assert [r["what"].split("options ")[1].split(", one layer")[0] for r in rows] == opts.split(";")
+    assert [r["same_bytes"] for r in rows] == [True, True]

@@ -82,11 +82,80 @@ def test_production_decode_and_softmax_stores_are_bank_conflict_free():
             assert len(set(addr % BANKS)) == BANKS
 
 
+def _wavefronts(addr):
+    """Shared-memory wavefronts of one warp's 16-byte accesses at float offsets ``addr``:
+    lanes at one address share a wavefront; distinct 16-byte units in one 4-bank group each
+    need their own."""
+    units = {int(a) // 4 for a in addr}
+    per_group = np.bincount([u % (BANKS // 4) for u in units], minlength=BANKS // 4)
+    return int(per_group.max())
+
+
+def _source_exprs(src, names):
+    exprs = {}
+    for line in src.splitlines():
+        st = line.strip()
+        for name in names:
+            if st.startswith(f"{name} = "):
+                exprs[name] = st.split("=", 1)[1].split("#")[0]
+    return exprs
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_permuted_k_positions_in_the_source(D):
+    """``k_perm``: the source's kp{n} put chunk n's key j = lk0 + KSTEP n at 4 (j mod 8) +
+    j div 8; at D = 256 a thread's four chunks are the adjacent words 4 lk0 .. 4 lk0 + 3."""
+    nch, kstep = (TILE_KEYS * D // 16) // TC.NT, TC.NT // (D // 16)
+    names = [f"kp{n}" for n in range(nch)]
+    exprs = _source_exprs(TC._source(D, True, k_perm=True), ["lk0", *names])
+    tid = np.arange(TC.NT)
+    lk0 = eval(exprs["lk0"], {"tid": tid})
+    for n in range(nch):
+        j = lk0 + kstep * n
+        assert np.array_equal(eval(exprs[f"kp{n}"], {"tid": tid, "lk0": lk0}), 4 * (j % 8) + j // 8)
+        if D == 256:
+            assert np.array_equal(4 * (j % 8) + j // 8, 4 * lk0 + n)
+
+
+def test_permuted_k_layout_is_conflict_free_at_d256():
+    """``k_perm`` at D = 256: K's 16-byte decode stores (8 lanes a phase) hit 8 distinct bank
+    groups; the Kahan step's 16-byte u loads too; the score's K loads need the 2 wavefronts
+    their 256 distinct bytes a warp take, as in the default layout."""
+    D = 256
+    L = TC._smem_layout(D, k_perm=True)
+    lc, lk0 = _roles(D)
+    tid = np.arange(TC.NT)
+    for w in range(TC.NT // 32):
+        lanes = slice(32 * w, 32 * w + 32)
+        for ii in range(16):
+            addr = L["KS"] + lc[lanes] * L["KS_SL"] + ii * TILE_KEYS + 4 * lk0[lanes]
+            for phase in range(4):
+                assert len(set((addr[8 * phase:8 * phase + 8] % BANKS) // 4)) == 8
+    r, kq = tid >> 3, tid & 7
+    for sl in range(D // 16):
+        addr = L["UV"] + r * TC.U_RS + 16 * (r >> 3) + 4 * kq + sl * L["U_SL"]
+        assert all(a % 4 == 0 for a in addr)
+        for phase in range(TC.NT // 8):
+            assert len(set((addr[8 * phase:8 * phase + 8] % BANKS) // 4)) == 8
+    lane = tid & 31
+    kg = (lane & 1) | (((lane >> 2) & 3) << 1)
+    sb = lane >> 4
+    for layout in (TC._smem_layout(D), L):
+        for w in range(TC.NT // 32):
+            lanes = slice(32 * w, 32 * w + 32)
+            for ps in range(2):
+                sl = ps * 8 + 2 * w + sb[lanes]
+                for ii in range(16):
+                    addr = layout["KS"] + sl * layout["KS_SL"] + ii * TILE_KEYS + 4 * kg[lanes]
+                    assert _wavefronts(addr) == 2
+
+
 @pytest.mark.parametrize("D", [64, 128, 256])
 def test_shared_layout_fits_two_ctas_on_an_h200(D):
     nbytes = TC._SMEM_BYTES[D]
     assert nbytes == 4 * TC._smem_layout(D)["TOTAL"]
     assert 2 * (nbytes + 1024) <= 228 * 1024
+    assert 2 * (TC.smem_bytes(D, k_perm=True) + 1024) <= 228 * 1024
 
 
 def test_plain_decode_ir_matches_the_patched_decode_without_nan_codes():
@@ -146,7 +215,10 @@ def test_each_target_compiles_one_schedule():
     dict(score_steps=4, pv_keys=16), dict(score_steps=16, pv_keys=4),
     dict(score_depth=4, pv_depth=4), dict(k_late=True), dict(pv_pairs=True),
     dict(pv_pairs=True, k_late=True, score_steps=4, score_depth=4, pv_keys=4, pv_depth=4),
-    dict(D=256, pv_pairs=True, k_late=True, score_depth=4, pv_depth=4)])
+    dict(D=256, pv_pairs=True, k_late=True, score_depth=4, pv_depth=4),
+    dict(k_perm=True), dict(D=128, k_perm=True, k_late=True),
+    dict(D=256, k_perm=True), dict(D=256, k_perm=True, k_late=True, pv_pairs=True)],
+    ids=lambda o: "-".join(f"{k}{int(v)}" for k, v in o.items()))
 def test_schedule_options_keep_the_bytes(options):
     """The measurement options of the generator (K16 steps per score iteration, keys per PV
     iteration, operand sets in flight, where the next tile's K is loaded and decoded, the PV
@@ -160,6 +232,8 @@ def test_schedule_options_keep_the_bytes(options):
     # a NaN code in V at key 199, which one row sees and the other does not: the boundary
     # tile takes the masked PV path
     c["v_cache"][c["block_table"][0, 199 // 8], 199 % 8, 0, 3] = 0x7F
+    # and a NaN code in K (key 57): the patched K decode
+    c["k_cache"][c["block_table"][0, 57 // 8], 57 % 8, 0, 5] = 0xFF
     ws = d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=D, splits=2)
     plan = d2.plan_attention(c["q"], c["k_cache"], c["v_cache"], c["block_table"], c["seq_lens"],
                              scale=c["scale"], k_scale=c["k_scale"], v_scale=c["v_scale"],
@@ -170,7 +244,7 @@ def test_schedule_options_keep_the_bytes(options):
     vec = TC.tiled._u32_view(plan.k_cache) is not None
     kern = cuda.jit(TC._make_split_kernel(D, vec, **options))
     ws.fill_sentinel()
-    _, dyn, grid, args = TC.split_launch(plan, {(D, vec): kern})
+    _, dyn, grid, args = TC.split_launch(plan, {(D, vec): kern}, options=options)
     dyn[grid, TC.NT, 0](*args)
     assert _host(ws.partial).tobytes() == ref[0].tobytes()
     assert _host(ws.lse).tobytes() == ref[1].tobytes()

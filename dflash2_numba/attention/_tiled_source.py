@@ -93,19 +93,22 @@ def emit_q_and_lengths(e, D, L):
     e(1, "l_run = F32_ZERO")
 
 
-def emit_kahan(e, D, L, u_rs, xrs, vis_names=False):
+def emit_kahan(e, D, L, u_rs, xrs, vis_names=False, u_perm=False):
     """Phase B: Kahan over the K16 slice sums in ascending slice order, the scale, the
     visibility; x into shared memory (row stride ``xrs``). ``vis_names``: keep each key's
-    visibility as ``vis{m}`` for a later phase."""
+    visibility as ``vis{m}`` for a later phase. ``u_perm``: u holds key j of a row at
+    4 (j mod 8) + j div 8, so this thread's keys kq + 8m come in one 16-byte load."""
     e(2, "# ---- B: Kahan across the slices in ascending order, scale, visibility ----")
-    e(2, f"ubr = {L['UV']} + r * {u_rs} + 16 * (r >> 3) + kq")
+    e(2, f"ubr = {L['UV']} + r * {u_rs} + 16 * (r >> 3) + {'4 * kq' if u_perm else 'kq'}")
     for m in range(4):
         e(2, f"s{m} = F32_ZERO")
         e(2, f"c{m} = F32_ZERO")
     e(2, f"for sl in range({D // 16}):")
     e(3, f"ua = ubr + sl * {L['U_SL']}")
+    if u_perm:
+        e(3, "us0, us1, us2, us3 = lds4(sm, ua)")
     for m in range(4):
-        e(3, f"y{m} = ld1(sm, ua + {8 * m}) - c{m}")
+        e(3, f"y{m} = {f'us{m}' if u_perm else f'ld1(sm, ua + {8 * m})'} - c{m}")
         e(3, f"w{m} = s{m} + y{m}")
         e(3, f"c{m} = (w{m} - s{m}) - y{m}")
         e(3, f"s{m} = w{m}")

@@ -65,13 +65,15 @@ HRS = 20                 # hi / lo: key stride (16 rows + 4): conflict-free stor
 XRS = 40                 # x: row stride (32 keys + 8): conflict-free stores
 
 
-def _smem_layout(D):
-    """Offsets (in float32 elements) into the dynamic shared buffer; all multiples of 4."""
+def _smem_layout(D, k_perm=False):
+    """Offsets (in float32 elements) into the dynamic shared buffer; all multiples of 4.
+    ``k_perm`` (``_source``'s option): K's slice stride padded by 16 instead of 4, which
+    makes its 16-byte decode stores conflict-free."""
     NSL = D // 16
     L = {"VRS": D + 4}                       # V row stride: 8-lane phases hit 8 bank groups
     L["QS_SL"] = 16 * RC + 4                 # q * 2^112 [slice][ii][row]
     L["QS"] = 0
-    L["KS_SL"] = 16 * TILE_KEYS + 4          # K * 2^-120 [slice][ii][key]
+    L["KS_SL"] = 16 * TILE_KEYS + (16 if k_perm else 4)   # K * 2^-120 [slice][ii][key]
     L["KS"] = L["QS"] + NSL * L["QS_SL"]
     L["U_SL"] = RC * U_RS + 16               # u [slice][row][key]; rows >= 8 shifted by 16
     L["UV"] = L["KS"] + NSL * L["KS_SL"]     # u, then V * 2^-120 [key][d] (same space)
@@ -125,7 +127,7 @@ def _pv_pair_roles(D, pv_pairs):
 
 
 def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_depth=2,
-            k_late=False, pv_pairs=False):
+            k_late=False, pv_pairs=False, k_perm=False):
     """Python source of the split kernel for head dim D; ``VEC``: 16-byte cache loads (else
     four 4-byte loads per chunk). Both share every other line. ``defer_o`` (a schedule
     option, same bits): apply O = fma(O, alpha, T) at the start of the next tile's PV, as
@@ -144,7 +146,12 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     pair up the two 8-row groups (row group = thread index bit 0, column group = the rest)
     instead of giving each warp one row group: a warp's V load per key covers 16 column
     groups (2 shared-memory wavefronts instead of 4), its hi / lo loads two row groups (one
-    wavefront each, as before)."""
+    wavefront each, as before). ``k_perm``: K and the slice sums u are kept in shared memory
+    with the keys of a tile in the order (j mod 8, j div 8), so the four keys kq + 8m that a
+    softmax thread sums are adjacent (one 16-byte load per slice in the Kahan step instead of
+    four) and, at D = 256, a load thread's four chunks (keys lk0 + 8n) land in adjacent words
+    (one 16-byte store per K value row instead of four 4-byte stores); a score thread's four
+    keys are then kg + 8c. Which products are formed and in what order does not change."""
     if score_steps not in (4, 8, 16) or pv_keys not in (4, 8, 16):
         raise ValueError("score_steps and pv_keys: 4, 8 or 16 (an even divisor of 16)")
     if score_depth not in (2, 4) or score_steps % score_depth:
@@ -158,8 +165,9 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     NCH = (TILE_KEYS * CPK) // NT    # chunks per thread per tile (D / 64)
     KSTEP = NT // CPK                # tile-key step between a thread's chunks
     CGN = D // 4                     # PV column groups
-    L = _smem_layout(D)
+    L = _smem_layout(D, k_perm)
     QS, QS_SL, KS, KS_SL, VRS = L["QS"], L["QS_SL"], L["KS"], L["KS_SL"], L["VRS"]
+    KVEC = k_perm and NCH == 4 and KSTEP == 8      # D = 256: a thread's chunks are adjacent
     UV, U_SL = L["UV"], L["U_SL"]
     HS, LS, XS, T2, AS, LF = L["HS"], L["LS"], L["XS"], L["T2"], L["AS"], L["LF"]
     SEEN, NANV = L["SEEN"], L["NANV"]
@@ -222,10 +230,32 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
                 e(ind, f"sts4(sm, {UV} + (lk0 + {KSTEP * n}) * {VRS} + 16 * lc + {4 * m}, "
                        f"a{4 * m}, a{4 * m + 1}, a{4 * m + 2}, a{4 * m + 3})")
         else:
+            kpos = f"kp{n}" if k_perm else f"lk0 + {KSTEP * n}"
             for m in C4:
                 for k in C4:
-                    e(ind, f"st1(sm, {KS} + lc * {KS_SL} + {(4 * m + k) * TILE_KEYS} + lk0 + {KSTEP * n}, "
+                    e(ind, f"st1(sm, {KS} + lc * {KS_SL} + {(4 * m + k) * TILE_KEYS} + {kpos}, "
                            f"a{4 * m + k})")
+
+    def decode_k(ind, arr):
+        """K of a tile (all of this thread's chunks) into shared memory: with ``KVEC`` the
+        four chunks' values of one K16 row index as one 16-byte store (one NaN test for the
+        thread's 16 words), else chunk by chunk."""
+        if not KVEC:
+            for n in range(NCH):
+                decode(ind, arr, n, is_v=False)
+            return
+        e(ind, "nf = " + " | ".join(f"nan_bytes({arr}[{i}])" for i in range(16)))
+        for cond, dec in (("nf == U0", "e4m3x4_plain"), (None, "e4m3x4")):
+            if cond:
+                e(ind, f"if {cond}:")
+            else:
+                e(ind, "else:                                        # a NaN code: the patched decode")
+            for m in C4:
+                for n in range(4):
+                    e(ind + 1, f"b{n}_0, b{n}_1, b{n}_2, b{n}_3 = {dec}({arr}[{4 * n + m}])")
+                for k in C4:
+                    e(ind + 1, f"sts4(sm, {KS} + lc * {KS_SL} + {(4 * m + k) * TILE_KEYS} + kp0, "
+                               f"b0_{k}, b1_{k}, b2_{k}, b3_{k})")
 
     emit_head(e, D, after_smem=[
         "zr = W >> 40                  # 0 at run time, unknown to the compiler: loop trip counts",
@@ -235,6 +265,8 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
         f"lc = {_bits_expr(lc_bits)}     # load role: 16-byte column lc",
         f"lk0 = {_bits_expr(lk_bits)}    # of keys lk0 + {KSTEP}n",
         *_pv_pair_roles(D, pv_pairs),
+        *([f"kp{n} = 4 * ((lk0 + {KSTEP * n}) & 7) + ((lk0 + {KSTEP * n}) >> 3)"
+           f"    # chunk {n}'s key, permuted" for n in range(NCH)] if k_perm else []),
         "ks0 = k_cache.strides[0]", "ks1 = k_cache.strides[1]",
         "vs0 = v_cache.strides[0]", "vs1 = v_cache.strides[1]",
         "k_head = hk * k_cache.strides[2] + 16 * lc      # byte offset of the chunk in a row",
@@ -254,8 +286,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     for n in range(NCH):
         chunk_offsets(1, n, f"j0 + {KSTEP * n}")
         load(1, "kw", n, "k_cache", f"kof{n}")
-    for n in range(NCH):
-        decode(1, "kw", n, is_v=False)
+    decode_k(1, "kw")
     e(1, "_zero32(o)")
     e(1, "_zero32(t)")
     e(1, "cuda.syncthreads()")
@@ -312,7 +343,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     e(4, f"_store_u(sm, {UV} + sl * {U_SL} + 16 * srg + 4 * kg + 8 * srg * U_RS, u)")
     e(2, "cuda.syncthreads()                               # S1")
 
-    emit_kahan(e, D, L, "U_RS", XRS, vis_names=True)
+    emit_kahan(e, D, L, "U_RS", XRS, vis_names=True, u_perm=k_perm)
 
     emit_tile_max(e, L, XRS)
     for m in C4:
@@ -334,8 +365,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
         decode(2, "vw", n, is_v=True)
     if not k_late:
         e(2, "if tile < last:")
-        for n in range(NCH):
-            decode(3, "kw", n, is_v=False)
+        decode_k(3, "kw")
     e(2, "if vnan != U0:")
     e(3, f"st1(sm, {NANV} + (tile & 1), F32_ONE)")
     e(2, "cuda.syncthreads()                               # S3")
@@ -394,8 +424,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     e(6, f"_pv_masked(sm, vb + j * {VRS}, lb + j * {HRS}, sa, np.float32(j), t)")
     if k_late:
         e(2, "if tile < last:                                  # (K is read before S1 only)")
-        for n in range(NCH):
-            decode(3, "kw", n, is_v=False)
+        decode_k(3, "kw")
     e(2, "cuda.syncthreads()                               # S4")
     if not defer_o:
         e(2, "# ---- O = fma(O, alpha, T): this tile's alpha is visible from S4 on ----")
@@ -416,6 +445,11 @@ def _make_split_kernel(D, VEC, **options):
 
 
 _SMEM_BYTES = {D: 4 * _smem_layout(D)["TOTAL"] for D in (64, 128, 256)}
+
+
+def smem_bytes(D, k_perm=False, **_schedule):
+    """Dynamic shared memory of a split kernel built with ``_source``'s options."""
+    return 4 * _smem_layout(D, k_perm)["TOTAL"]
 # Two schedules of the same arithmetic (``defer_o``), one per target: the deferred O update
 # (measured 1.2 % faster on the H200) for compute capability 8.0 and up; O updated after the
 # tile's last barrier for sm_70, where ptxas 12.9 spills the deferred form at D = 256 (255
@@ -442,10 +476,11 @@ def defer_o_here() -> bool:
     return device_cc_at_least(DEFER_O_MIN_CC)
 
 
-def split_launch(plan, kernels=None, defer_o=None):
+def split_launch(plan, kernels=None, defer_o=None, options=None):
     """(name, kernel, grid, args) of the plan's split launch; ``kernels`` maps (D, vec) to
     jitted split kernels (default: the registered ones of the schedule ``defer_o``, itself by
-    default the current device's; a measurement passes its own)."""
+    default the current device's; a measurement passes its own, and the generator
+    ``options`` they were built with, which set the shared-memory size)."""
     B, Q, Hq, D = plan.q_shape
     Hkv = plan.k_cache.shape[2]
     G = Hq // Hkv
@@ -457,7 +492,8 @@ def split_launch(plan, kernels=None, defer_o=None):
     defer = defer_o_here() if defer_o is None else bool(defer_o)
     kern = kernels[D, vec] if kernels is not None else _kernels[D, vec, defer]
     groups = (G * Q + RC - 1) // RC
-    return (_split_name(D, vec, defer), DynShared(kern, _SMEM_BYTES[D]),
+    smem = _SMEM_BYTES[D] if options is None else smem_bytes(D, **options)
+    return (_split_name(D, vec, defer), DynShared(kern, smem),
             (plan.splits, B * Hkv, groups),
             (plan.q, kc, vc, plan.block_table, plan.seq_lens, plan.row_lengths, plan.use_rows,
              plan.page_size, plan.splits, plan.qk_scale, plan.v_scale, plan.partial, plan.lse))
