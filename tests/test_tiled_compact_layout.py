@@ -1,7 +1,9 @@
 """``tiled_compact``'s layout claims, checked without a GPU: the load role covers every
 (key, 16-byte column) of a tile once; its decode stores and the softmax stores hit distinct
-shared-memory banks; the plain decode equals the patched one on words with no NaN code; its
-schedule option ``defer_o`` keeps the bytes (simulator)."""
+shared-memory banks, in the default layout and in the ``k_perm`` one; the plain decode equals
+the patched one on words with no NaN code; the generator's schedule and layout options
+(``defer_o``, loop shapes, operand depth, ``k_late``, ``pv_pairs``, ``k_perm``) keep the bytes
+(simulator)."""
 from __future__ import annotations
 
 import numpy as np
