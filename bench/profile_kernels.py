@@ -436,7 +436,7 @@ def mode_attn_ab(args):
         opts = {}
         for kv in [x for x in entry.split(",") if x]:
             k, v = kv.split("=")
-            opts[k] = bool(int(v)) if k in ("defer_o", "k_late", "pv_pairs", "k_perm") else int(v)
+            opts[k] = bool(int(v)) if k in ("defer_o", "k_late", "pv_pairs", "k_perm", "loop32") else int(v)
         kern = cuda.jit(TC._make_split_kernel(256, True, **opts))
         name, dyn, grid, kargs = TC.split_launch(plan, {(256, True): kern}, options=opts)
         go = (lambda dyn=dyn, grid=grid, kargs=kargs: dyn[grid, TC.NT, 0](*kargs))

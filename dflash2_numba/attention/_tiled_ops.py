@@ -21,7 +21,10 @@ On a GPU each is a numba intrinsic emitting a handful of LLVM operations:
     shift to bring it to bits 24..31, an arithmetic shift right by 4 and one mask (plus a
     per-word NaN test); 32-bit integer operations only, no rounding anywhere.
     ``e4m3x4_plain(w)`` is the same without the NaN patch: equal to ``e4m3x4`` for every
-    word with no NaN code (the caller tests ``nan_bytes`` first).
+    word with no NaN code (the caller tests ``nan_bytes`` first);
+  * ``add32(a, b)``, ``mul32``, ``shr32`` (arithmetic), ``and32`` and ``lt32``: 32-bit
+    integer operations on values that fit in 32 bits (numba widens every integer sum to 64
+    bits; a loop counter kept in 32 bits saves its carries and two-word compares).
 Under the CUDA simulator they are plain Python with the same results, so the kernel
 source runs unchanged on both.  :func:`decode_ir` builds ``e4m3x4``'s IR and is shared
 with a CPU check in the tests.
@@ -162,6 +165,21 @@ if SIMULATOR:
     def nan_bytes(w):
         w = int(w)
         return np.uint32((((w & 0x7F7F7F7F) + 0x01010101) & 0x80808080))
+
+    def add32(a, b):
+        return np.int32(int(a) + int(b))
+
+    def mul32(a, b):
+        return np.int32(int(a) * int(b))
+
+    def shr32(a, b):
+        return np.int32(int(a) >> int(b))
+
+    def and32(a, b):
+        return np.int32(int(a) & int(b))
+
+    def lt32(a, b):
+        return int(a) < int(b)
 
 else:
     from numba.cuda import cgutils
@@ -341,3 +359,28 @@ else:
         return sig, codegen
 
     e4m3x4_plain = _decode_intrinsic(plain_decode_ir)
+
+    def _as_i32(builder, v):
+        w = v.type.width
+        return v if w == 32 else (builder.trunc(v, _I32) if w > 32 else builder.sext(v, _I32))
+
+    def _i32_op(emit, boolean=False):
+        """An intrinsic (integer, integer) -> int32 (or boolean) whose two operands are cut
+        or sign-extended to 32 bits and combined by ``emit(builder, a, b)``."""
+        @intrinsic
+        def op(typingctx, a, b):
+            if not (isinstance(a, ntypes.Integer) and isinstance(b, ntypes.Integer)):
+                return None
+            sig = signature(ntypes.boolean if boolean else ntypes.int32, a, b)
+
+            def codegen(context, builder, sig, args):
+                return emit(builder, _as_i32(builder, args[0]), _as_i32(builder, args[1]))
+
+            return sig, codegen
+        return op
+
+    add32 = _i32_op(lambda b, x, y: b.add(x, y))
+    mul32 = _i32_op(lambda b, x, y: b.mul(x, y))
+    shr32 = _i32_op(lambda b, x, y: b.ashr(x, y))
+    and32 = _i32_op(lambda b, x, y: b.and_(x, y))
+    lt32 = _i32_op(lambda b, x, y: b.icmp_signed("<", x, y), boolean=True)

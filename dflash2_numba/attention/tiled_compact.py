@@ -54,8 +54,8 @@ from .._registry import KernelSpec, Variant, launch, register
 from ..contract import EXP_CLAMP, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
 from . import frozen, tiled
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count  # noqa: F401
-from ._tiled_ops import (SHARED_ALIGN, e4m3x4, e4m3x4_plain, ld1, ldb4_at, ldg4_at,  # noqa: F401
-                         lds4, nan_bytes, st1, sts4)
+from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1,  # noqa: F401
+                         ldb4_at, ldg4_at, lds4, lt32, mul32, nan_bytes, shr32, st1, sts4)
 from ._tiled_source import (NT, RC, Source, emit_fma_tile, emit_head, emit_kahan, emit_q_and_lengths,
                             emit_record, emit_tile_max, emit_tree_update, exec_source)
 from .tiled import (_SMEM_DT, F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, Q_SCALE, U0, U_RS,  # noqa: F401
@@ -127,7 +127,7 @@ def _pv_pair_roles(D, pv_pairs):
 
 
 def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_depth=2,
-            k_late=False, pv_pairs=False, k_perm=False):
+            k_late=False, pv_pairs=False, k_perm=False, loop32=False):
     """Python source of the split kernel for head dim D; ``VEC``: 16-byte cache loads (else
     four 4-byte loads per chunk). Both share every other line. ``defer_o`` (a schedule
     option, same bits): apply O = fma(O, alpha, T) at the start of the next tile's PV, as
@@ -151,7 +151,9 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     softmax thread sums are adjacent (one 16-byte load per slice in the Kahan step instead of
     four) and, at D = 256, a load thread's four chunks (keys lk0 + 8n) land in adjacent words
     (one 16-byte store per K value row instead of four 4-byte stores); a score thread's four
-    keys are then kg + 8c. Which products are formed and in what order does not change."""
+    keys are then kg + 8c. ``loop32``: the score and PV loop counters and the PV loop's
+    next-operand offsets in 32-bit arithmetic (``add32`` etc.) instead of numba's 64-bit.
+    Which products are formed and in what order does not change."""
     if score_steps not in (4, 8, 16) or pv_keys not in (4, 8, 16):
         raise ValueError("score_steps and pv_keys: 4, 8 or 16 (an even divisor of 16)")
     if score_depth not in (2, 4) or score_steps % score_depth:
@@ -325,11 +327,12 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     e(4, f"ka = {KS} + sl * {KS_SL} + 4 * kg")
     for d in range(SD - 1):
         score_loads(4, d, _plus("qa", d * RC), _plus("ka", d * TILE_KEYS))
-    e(4, "it = 0")
-    e(4, f"while it < ns:                           # {16 // SS} x {SS} K16 steps; operands "
-         f"{SD - 1} step(s) ahead")
-    e(5, f"nqa = qa + {SS * RC} if it + 1 < ns else qa")
-    e(5, f"nka = ka + {SS * TILE_KEYS} if it + 1 < ns else ka")
+    e(4, "it = np.int32(0)" if loop32 else "it = 0")
+    e(4, f"while {'lt32(it, ns)' if loop32 else 'it < ns'}:                # {16 // SS} x {SS} "
+         f"K16 steps; operands {SD - 1} step(s) ahead")
+    more = "lt32(add32(it, 1), ns)" if loop32 else "it + 1 < ns"
+    e(5, f"nqa = qa + {SS * RC} if {more} else qa")
+    e(5, f"nka = ka + {SS * TILE_KEYS} if {more} else ka")
     for ii in range(SS):
         la = ii + SD - 1             # the step whose operands are loaded now
         if la < SS:
@@ -339,7 +342,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
         emit_fma_tile(e, 5, "u", f"q{ii % SD}_", f"k{ii % SD}_")
     e(5, "qa = nqa")
     e(5, "ka = nka")
-    e(5, "it += 1")
+    e(5, "it = add32(it, 1)" if loop32 else "it += 1")
     e(4, f"_store_u(sm, {UV} + sl * {U_SL} + 16 * srg + 4 * kg + 8 * srg * U_RS, u)")
     e(2, "cuda.syncthreads()                               # S1")
 
@@ -394,14 +397,24 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
         pv_loads(4, d, _plus("va", d * VRS), _plus("ha", d * HRS))
     G = 16 // PK                       # iterations per (half, hi / lo) pass
     lg = G.bit_length() - 1
-    e(4, "it = 0")
-    e(4, f"while it < npv:                 # {4 * G} x {PK} keys: (half, hi / lo, {PK} keys); "
-         f"operands {PD - 1} key(s) ahead")
-    e(5, "nx = it + 1 if it + 1 < npv else it")
-    g_v = f" + (nx & {G - 1}) * {PK * VRS}" if G > 1 else ""
-    g_h = f" + (nx & {G - 1}) * {PK * HRS}" if G > 1 else ""
-    e(5, f"nva = vb + (nx >> {lg + 1}) * {16 * VRS}{g_v}")
-    e(5, f"nha = (lb if ((nx >> {lg}) & 1) != 0 else hb) + (nx >> {lg + 1}) * {16 * HRS}{g_h}")
+    e(4, "it = np.int32(0)" if loop32 else "it = 0")
+    e(4, f"while {'lt32(it, npv)' if loop32 else 'it < npv'}:          # {4 * G} x {PK} keys: "
+         f"(half, hi / lo, {PK} keys); operands {PD - 1} key(s) ahead")
+    if loop32:
+        e(5, "nx = add32(it, 1) if lt32(add32(it, 1), npv) else it")
+        for name, base, stride in (("dv", "", VRS), ("dh", "", HRS)):
+            step = f"mul32(shr32(nx, {lg + 1}), {16 * stride})"
+            if G > 1:
+                step = f"add32({step}, mul32(and32(nx, {G - 1}), {PK * stride}))"
+            e(5, f"{name} = {step}")
+        e(5, "nva = vb + dv")
+        e(5, f"nha = (lb if and32(shr32(nx, {lg}), 1) != 0 else hb) + dh")
+    else:
+        e(5, "nx = it + 1 if it + 1 < npv else it")
+        g_v = f" + (nx & {G - 1}) * {PK * VRS}" if G > 1 else ""
+        g_h = f" + (nx & {G - 1}) * {PK * HRS}" if G > 1 else ""
+        e(5, f"nva = vb + (nx >> {lg + 1}) * {16 * VRS}{g_v}")
+        e(5, f"nha = (lb if ((nx >> {lg}) & 1) != 0 else hb) + (nx >> {lg + 1}) * {16 * HRS}{g_h}")
     for jj in range(PK):
         la = jj + PD - 1             # the key whose operands are loaded now
         if la < PK:
@@ -411,7 +424,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
         emit_fma_tile(e, 5, "t", f"h{jj % PD}_", f"v{jj % PD}_")
     e(5, "va = nva")
     e(5, "ha = nha")
-    e(5, "it += 1")
+    e(5, "it = add32(it, 1)" if loop32 else "it += 1")
     e(3, "else:")
     e(4, "# a boundary tile with a NaN code in V: frozen's V = 0 for keys a row does not see")
     e(4, f"sa = {SEEN} + 8 * prg")
