@@ -418,10 +418,15 @@ def _attn_plan(variant, ctx=261888, splits=80):
     return plan, ws, ctx
 
 
+# tiled_compact generator options that are on / off (the others are counts)
+ATTN_FLAG_OPTIONS = ("defer_o", "k_late", "pv_pairs", "k_perm", "loop32", "nan_once")
+
+
 def mode_attn_ab(args):
     """``tiled_compact``'s split kernel built with each ``--attn-options`` entry (schedule
     options of its generator, same bits: ``defer_o``, ``score_steps``, ``pv_keys``,
-    ``score_depth``, ``pv_depth``, ``k_late``, ``pv_pairs``, ``k_perm``): partial
+    ``score_depth``, ``pv_depth``, ``k_late``, ``pv_pairs``, ``k_perm``, ``loop32``,
+    ``nan_once``): partial
     and lse compared byte for byte with the registered kernel's after sentinel fill, then
     CUDA-event medians in interleaved rounds."""
     from dflash2_numba.attention import tiled_compact as TC
@@ -436,7 +441,7 @@ def mode_attn_ab(args):
         opts = {}
         for kv in [x for x in entry.split(",") if x]:
             k, v = kv.split("=")
-            opts[k] = bool(int(v)) if k in ("defer_o", "k_late", "pv_pairs", "k_perm", "loop32") else int(v)
+            opts[k] = bool(int(v)) if k in ATTN_FLAG_OPTIONS else int(v)
         kern = cuda.jit(TC._make_split_kernel(256, True, **opts))
         name, dyn, grid, kargs = TC.split_launch(plan, {(256, True): kern}, options=opts)
         go = (lambda dyn=dyn, grid=grid, kargs=kargs: dyn[grid, TC.NT, 0](*kargs))
@@ -480,9 +485,9 @@ def main(argv=None):
     ap.add_argument("--attn-splits", type=int, default=80, help="attn-ab: the plan's splits")
     ap.add_argument("--attn-options", default="defer_o=1;defer_o=0",
                     help="attn-ab: ';'-separated tiled_compact generator option sets, e.g. "
-                         "'defer_o=1;defer_o=1,score_steps=16;pv_keys=16' (defer_o, k_late, "
-                         "pv_pairs, k_perm 0/1; score_steps and pv_keys 4/8/16; score_depth and "
-                         "pv_depth 2/4)")
+                         "'defer_o=1;defer_o=1,score_steps=16;pv_keys=16' (the flags in "
+                         "ATTN_FLAG_OPTIONS 0/1; score_steps and pv_keys 4/8/16; score_depth "
+                         "and pv_depth 2/4)")
     ap.add_argument("--rounds", type=int, default=5,
                     help="attn-ab, gdn --prep-solve: interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=5)

@@ -2,8 +2,8 @@
 (key, 16-byte column) of a tile once; its decode stores and the softmax stores hit distinct
 shared-memory banks, in the default layout and in the ``k_perm`` one; the plain decode equals
 the patched one on words with no NaN code; the generator's schedule and layout options
-(``defer_o``, loop shapes, operand depth, ``k_late``, ``pv_pairs``, ``k_perm``, ``loop32``)
-keep the bytes
+(``defer_o``, loop shapes, operand depth, ``k_late``, ``pv_pairs``, ``k_perm``, ``loop32``,
+``nan_once``) keep the bytes
 (simulator)."""
 from __future__ import annotations
 
@@ -222,7 +222,9 @@ def test_each_target_compiles_one_schedule():
     dict(k_perm=True), dict(D=128, k_perm=True, k_late=True),
     dict(D=256, k_perm=True), dict(D=256, k_perm=True, k_late=True, pv_pairs=True),
     dict(loop32=True), dict(loop32=True, pv_keys=16, score_steps=4),
-    dict(D=256, loop32=True, k_perm=True, pv_pairs=True)],
+    dict(D=256, loop32=True, k_perm=True, pv_pairs=True),
+    dict(nan_once=True), dict(D=128, nan_once=True, k_late=True),
+    dict(D=256, nan_once=True, k_perm=True, loop32=True)],
     ids=lambda o: "-".join(f"{k}{int(v)}" for k, v in o.items()))
 def test_schedule_options_keep_the_bytes(options):
     """The measurement options of the generator (K16 steps per score iteration, keys per PV

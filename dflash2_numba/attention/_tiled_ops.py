@@ -24,7 +24,11 @@ On a GPU each is a numba intrinsic emitting a handful of LLVM operations:
     word with no NaN code (the caller tests ``nan_bytes`` first);
   * ``add32(a, b)``, ``mul32``, ``shr32`` (arithmetic), ``and32`` and ``lt32``: 32-bit
     integer operations on values that fit in 32 bits (numba widens every integer sum to 64
-    bits; a loop counter kept in 32 bits saves its carries and two-word compares).
+    bits; a loop counter kept in 32 bits saves its carries and two-word compares);
+  * ``opaque32(w)``: the low 32 bits of ``w`` unchanged (as uint32), through an inline-assembly move the compiler
+    cannot see into: a test on it cannot be correlated with tests on the values it was
+    computed from (so a branch on "no word holds a NaN code" stays one branch instead of
+    being dissolved into the per-word tests inside the patched decode).
 Under the CUDA simulator they are plain Python with the same results, so the kernel
 source runs unchanged on both.  :func:`decode_ir` builds ``e4m3x4``'s IR and is shared
 with a CPU check in the tests.
@@ -180,6 +184,9 @@ if SIMULATOR:
 
     def lt32(a, b):
         return int(a) < int(b)
+
+    def opaque32(w):
+        return np.uint32(w)
 
 else:
     from numba.cuda import cgutils
@@ -384,3 +391,15 @@ else:
     shr32 = _i32_op(lambda b, x, y: b.ashr(x, y))
     and32 = _i32_op(lambda b, x, y: b.and_(x, y))
     lt32 = _i32_op(lambda b, x, y: b.icmp_signed("<", x, y), boolean=True)
+
+    @intrinsic
+    def opaque32(typingctx, w):
+        if not isinstance(w, ntypes.Integer):
+            return None
+        sig = signature(ntypes.uint32, w)
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32]), "mov.b32 $0, $1;", "=r,r")
+            return builder.call(asm, [_as_i32(builder, args[0])])
+
+        return sig, codegen

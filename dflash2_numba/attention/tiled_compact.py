@@ -55,7 +55,8 @@ from ..contract import EXP_CLAMP, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F4
 from . import frozen, tiled
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count  # noqa: F401
 from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1,  # noqa: F401
-                         ldb4_at, ldg4_at, lds4, lt32, mul32, nan_bytes, shr32, st1, sts4)
+                         ldb4_at, ldg4_at, lds4, lt32, mul32, nan_bytes, opaque32, shr32, st1,
+                         sts4)
 from ._tiled_source import (NT, RC, Source, emit_fma_tile, emit_head, emit_kahan, emit_q_and_lengths,
                             emit_record, emit_tile_max, emit_tree_update, exec_source)
 from .tiled import (_SMEM_DT, F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, Q_SCALE, U0, U_RS,  # noqa: F401
@@ -127,7 +128,7 @@ def _pv_pair_roles(D, pv_pairs):
 
 
 def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_depth=2,
-            k_late=False, pv_pairs=False, k_perm=False, loop32=False):
+            k_late=False, pv_pairs=False, k_perm=False, loop32=False, nan_once=False):
     """Python source of the split kernel for head dim D; ``VEC``: 16-byte cache loads (else
     four 4-byte loads per chunk). Both share every other line. ``defer_o`` (a schedule
     option, same bits): apply O = fma(O, alpha, T) at the start of the next tile's PV, as
@@ -153,6 +154,9 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     (one 16-byte store per K value row instead of four 4-byte stores); a score thread's four
     keys are then kg + 8c. ``loop32``: the score and PV loop counters and the PV loop's
     next-operand offsets in 32-bit arithmetic (``add32`` etc.) instead of numba's 64-bit.
+    ``nan_once``: one NaN-code test over all of a thread's V words (and K words) of a tile,
+    then one straight decode path for all its chunks, instead of a test and a patch branch
+    per chunk (which the compiler splits into one per word).
     Which products are formed and in what order does not change."""
     if score_steps not in (4, 8, 16) or pv_keys not in (4, 8, 16):
         raise ValueError("score_steps and pv_keys: 4, 8 or 16 (an even divisor of 16)")
@@ -217,16 +221,21 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
         e(ind + 3, f"kof{n} = pg * ks0 + pslot * ks1 + k_head")
         e(ind + 3, f"vof{n} = pg * vs0 + pslot * vs1 + v_head")
 
-    def decode(ind, arr, n, is_v):
+    def decode(ind, arr, n, is_v, dec=None):
+        """Chunk n of ``arr`` decoded and stored: with ``dec`` given (``e4m3x4_plain`` or
+        ``e4m3x4``), by that decode alone (the caller has tested the words); else the
+        chunk's own NaN test picks it."""
         ws = [f"{arr}[{4 * n + m}]" for m in C4]
-        e(ind, "nf = " + " | ".join(f"nan_bytes({w})" for w in ws))
-        if is_v:
-            e(ind, "vnan |= nf")
+        if dec is None:
+            e(ind, "nf = " + " | ".join(f"nan_bytes({w})" for w in ws))
+            if is_v:
+                e(ind, "vnan |= nf")
         for m in C4:
-            e(ind, f"a{4 * m}, a{4 * m + 1}, a{4 * m + 2}, a{4 * m + 3} = e4m3x4_plain({ws[m]})")
-        e(ind, "if nf != U0:                                 # a NaN code: the patched decode")
-        for m in C4:
-            e(ind + 1, f"a{4 * m}, a{4 * m + 1}, a{4 * m + 2}, a{4 * m + 3} = e4m3x4({ws[m]})")
+            e(ind, f"a{4 * m}, a{4 * m + 1}, a{4 * m + 2}, a{4 * m + 3} = {dec or 'e4m3x4_plain'}({ws[m]})")
+        if dec is None:
+            e(ind, "if nf != U0:                                 # a NaN code: the patched decode")
+            for m in C4:
+                e(ind + 1, f"a{4 * m}, a{4 * m + 1}, a{4 * m + 2}, a{4 * m + 3} = e4m3x4({ws[m]})")
         if is_v:
             for m in C4:
                 e(ind, f"sts4(sm, {UV} + (lk0 + {KSTEP * n}) * {VRS} + 16 * lc + {4 * m}, "
@@ -238,16 +247,41 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
                     e(ind, f"st1(sm, {KS} + lc * {KS_SL} + {(4 * m + k) * TILE_KEYS} + {kpos}, "
                            f"a{4 * m + k})")
 
+    def decode_once(ind, arr, is_v, flag):
+        """All of this thread's chunks of ``arr`` after one NaN test of all their words
+        (``flag``: the test's result), each decoded on one straight path."""
+        e(ind, f"{flag} = " + " | ".join(f"nan_bytes({arr}[{i}])" for i in range(4 * NCH)))
+        e(ind, f"if opaque32({flag}) == U0:              # (one branch: see opaque32)")
+        for n in range(NCH):
+            decode(ind + 1, arr, n, is_v, dec="e4m3x4_plain")
+        e(ind, "else:                                        # a NaN code: the patched decode")
+        for n in range(NCH):
+            decode(ind + 1, arr, n, is_v, dec="e4m3x4")
+
+    def decode_v(ind, arr):
+        """V of a tile into shared memory; ``vnan``: nonzero when one of its words holds a
+        NaN code."""
+        if nan_once:
+            decode_once(ind, arr, True, "vnan")
+            return
+        e(ind, "vnan = U0")
+        for n in range(NCH):
+            decode(ind, arr, n, is_v=True)
+
     def decode_k(ind, arr):
         """K of a tile (all of this thread's chunks) into shared memory: with ``KVEC`` the
         four chunks' values of one K16 row index as one 16-byte store (one NaN test for the
-        thread's 16 words), else chunk by chunk."""
+        thread's 16 words); else chunk by chunk (``nan_once``: after one test)."""
         if not KVEC:
+            if nan_once:
+                decode_once(ind, arr, False, "nf")
+                return
             for n in range(NCH):
                 decode(ind, arr, n, is_v=False)
             return
         e(ind, "nf = " + " | ".join(f"nan_bytes({arr}[{i}])" for i in range(16)))
-        for cond, dec in (("nf == U0", "e4m3x4_plain"), (None, "e4m3x4")):
+        for cond, dec in (("opaque32(nf) == U0" if nan_once else "nf == U0", "e4m3x4_plain"),
+                          (None, "e4m3x4")):
             if cond:
                 e(ind, f"if {cond}:")
             else:
@@ -363,9 +397,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     e(2, "# decode V of this tile (the u space is free) and K of the next tile")
     e(2, "if tid == 0:")
     e(3, f"st1(sm, {NANV} + ((tile + 1) & 1), F32_ZERO)")
-    e(2, "vnan = U0")
-    for n in range(NCH):
-        decode(2, "vw", n, is_v=True)
+    decode_v(2, "vw")
     if not k_late:
         e(2, "if tile < last:")
         decode_k(3, "kw")
