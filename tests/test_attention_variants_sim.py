@@ -159,3 +159,77 @@ def test_nan_cache_byte_same_bytes_as_frozen(which, variant):
     for key, col, code in ((43, 7, 0x7F), (10, 3, 0xFF)):
         cache[bt[key // 16], key % 16, 0, col] = code
     _assert_same(dict(c, **{which: cache}), 2, variant)
+
+
+# tiled_wide is built for the production head dim only: its own cases, all at D = 256
+# (seed, B, Q, Hq, Hkv, D, page, seq_lens, splits, row_lengths, strided)
+WIDE_CASES = {
+    # G = 6, Q = 1 (6 rows), T = 70 -> A = 2 = S; 16-byte loads
+    "T70_q1_g6": (5, 1, 1, 6, 1, 256, 16, [70], 2, None, False),
+    # G = 6, Q = 3 (18 rows: a full and a nearly empty row group), S = 8 > A = 5, rows of zero
+    # and negative length, a row shorter than one tile, padded strides (the byte path)
+    "T300_q3_g6_zero_rows": (4, 1, 3, 6, 1, 256, 32, [300], 8,
+                             np.array([[0, 300, 17]], np.int32), True),
+    # two KV heads, Q = 8, page 5 (chunks cross pages inside a tile: the block-table recompute),
+    # A = 3 but S = 2; a second request shorter than one tile
+    "T129_q8_g1_two_heads": (3, 2, 8, 2, 2, 256, 5, [129, 9], 2, None, False),
+}
+
+
+@pytest.mark.parametrize("name", list(WIDE_CASES))
+def test_tiled_wide_bitwise_equal_to_frozen(name):
+    seed, B, Q, Hq, Hkv, D, page, seq, splits, rows, strided = WIDE_CASES[name]
+    rng = np.random.default_rng(seed)
+    c = case(rng, B=B, Q=Q, Hq=Hq, Hkv=Hkv, D=D, page_size=page, seq_lens=seq,
+             row_lengths=rows, strided=strided)
+    ref = _assert_same(c, splits, "tiled_wide")
+    T = int(rows[0].max()) if rows is not None else seq[0]
+    assert np.all(ref.partial[0, active_splits(T, splits):] == d2.SENTINEL)
+
+
+@pytest.mark.parametrize("which", ["k_cache", "v_cache"])
+def test_tiled_wide_nan_codes_and_byte_path(which, monkeypatch):
+    """NaN codes in K or V, in a boundary tile (the masked PV path) and in a tile every row
+    sees, through the byte path (forced) and the 16-byte path."""
+    from dflash2_numba.attention import tiled
+
+    rng = np.random.default_rng(32)
+    rows = np.array([[40, 40, 45, 70]], np.int32)
+    c = case(rng, B=1, Q=4, Hq=2, Hkv=1, D=256, page_size=16, seq_lens=[70], strided=False,
+             row_lengths=rows)
+    cache = c[which].copy()
+    bt = c["block_table"][0]
+    for key, col, code in ((43, 200, 0x7F), (10, 3, 0xFF)):
+        cache[bt[key // 16], key % 16, 0, col] = code
+    c = dict(c, **{which: cache})
+    _assert_same(c, 2, "tiled_wide")
+    monkeypatch.setattr(tiled, "_u32_view", lambda arr: None)
+    _assert_same(c, 2, "tiled_wide")
+
+
+def test_tiled_wide_refuses_other_head_dims_before_any_launch():
+    rng = np.random.default_rng(33)
+    c = case(rng, B=1, Q=1, Hq=1, Hkv=1, D=64, page_size=16, seq_lens=[5])
+    ws = d2.AttentionWorkspace(batch=1, q_len=1, heads=1, head_dim=64, splits=2)
+    ws.fill_sentinel()
+    d2.route_counters(reset=True)
+    with pytest.raises(d2.UnsupportedShape, match="head dim 64"):
+        d2.verify_attention(**c, splits=2, variant="tiled_wide", workspace=ws)
+    assert d2.route_counters() == {}
+    assert np.all(np.asarray(ws.partial.copy_to_host() if hasattr(ws.partial, "copy_to_host")
+                             else ws.partial) == d2.SENTINEL)
+
+
+def test_tiled_wide_routes_its_own_kernels():
+    """The simulator runs the form of compute capability 8.0 and up (two CTAs an SM)."""
+    from dflash2_numba.attention import tiled_wide
+
+    names = {k.name for k in tiled_wide.VARIANT.kernels}
+    assert {"attention.tiled_wide.split.d256", "attention.tiled_wide.split.d256.sm70"} <= names
+    rng = np.random.default_rng(34)
+    c = case(rng, B=1, Q=1, Hq=6, Hkv=1, D=256, page_size=16, seq_lens=[20], strided=False)
+    _assert_same(c, 1, "tiled_wide")
+    d2.route_counters(reset=True)
+    _run(c, "tiled_wide", 1)
+    assert d2.route_counters() == {"attention.tiled_wide.split.d256": 1,
+                                   "attention.tiled_wide.combine": 1}

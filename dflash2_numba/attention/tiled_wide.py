@@ -1,0 +1,514 @@
+"""Wide register-tiled q8 attention ("tiled_wide"): ``tiled_compact``'s arithmetic on CTAs
+of 256 threads with 4 x 4 register tiles, so that a scheduler has four warps to choose from
+instead of two.
+
+Keeps: contract A bit for bit, by the argument of ``tiled.py``'s docstring: every FP32 value
+the contract defines is produced by the same sequence of roundings as ``frozen.py``. The
+power-of-two factors folded into the decoded K / V and into q, hi and lo are ``tiled``'s;
+each K16 slice sum is a chain of 16 fused steps in ascending i from 0; the Kahan step runs
+over the slices in ascending order per (row, key); the tile max is frozen's sequential max;
+the probabilities, hi / lo, the pairwise tree (level 1 in a thread, p_j + p_(j+16); the
+rest, (T1_j + T1_(j+8)) and frozen's levels 3-5, from shared memory), the (m, l, alpha)
+update and the PV chain (hi_0..15, lo_0..15, hi_16..31, lo_16..31 per (row, column)) are
+frozen's expressions in frozen's order. O = fma(O, alpha, T) follows each tile's last
+barrier. The combine kernel is frozen's.
+
+What differs from ``tiled_compact`` (the decomposition of the same work, nothing else):
+  * 256 threads per (split, request, KV head, 16 query rows), launch bounds (256, 2): two
+    CTAs an SM as before, so 16 warps an SM instead of 8, and 128 registers a thread (from
+    compute capability 8.0 on; the sm_70 form, kernel names ending ``.sm70``, is bounded to
+    one CTA an SM, where ptxas would otherwise spill).
+  * Score: a warp owns one K16 slice of a pass (8 slices a pass, two passes at D = 256), a
+    thread 4 rows x 4 keys of it (16 accumulators); per step one 16-byte load of q and one
+    of K feed 16 fused steps.
+  * Kahan and softmax: a thread owns one row and the keys kq and kq + 16.
+  * PV: a thread owns 4 rows x 4 columns; per key one 16-byte load of V and one of hi (or
+    lo) feed 16 fused steps; a warp's V load covers 8 column groups (one wavefront).
+  * Load and decode: a thread loads two 16-byte chunks of K and of V a tile (keys lk0 and
+    lk0 + 16). V is loaded at the tile's start and decoded beside the softmax; the next
+    tile's K is loaded at the start of PV and decoded after it, so neither is live across
+    the score loop.
+  * Only the production head dim, D = 256 (``supports`` refuses the others).
+"""
+from __future__ import annotations
+
+import math  # noqa: F401  (the generated source calls math.exp)
+
+import numpy as np
+
+from .._compat import cuda, device_cc_at_least, jit_bounded
+from .._dynshared import DynShared
+from .._registry import KernelSpec, UnsupportedShape, Variant, launch, register
+from ..contract import EXP_CLAMP, MAX_GROUP, MAX_Q, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
+from . import frozen, tiled
+from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count  # noqa: F401
+from ._tiled_ops import (SHARED_ALIGN, e4m3x4, e4m3x4_plain, ld1, ldb4_at, ldg4_at, lds4,  # noqa: F401
+                         nan_bytes, opaque32, st1, sts4)
+from ._tiled_source import Source, emit_tile_max, exec_source
+from .tiled import (_SMEM_DT, F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, Q_SCALE, U0,  # noqa: F401
+                    U_UNSCALE, _devfn)
+
+NT = 256                 # threads per CTA
+RC = 16                  # query rows per CTA
+D_WIDE = 256             # the one head dim it is built for
+LAUNCH_BOUNDS = (NT, 2)  # two CTAs an SM: 128 registers a thread
+# Below compute capability 8.0 (no uniform registers) ptxas 12.9 spills 8 bytes under the
+# 128-register cap; the sm_70 form of the same kernel is bounded to one CTA an SM instead.
+SM70_LAUNCH_BOUNDS = (NT, 1)
+TWO_CTA_MIN_CC = (8, 0)
+NCH = 2                  # 16-byte chunks of K (and of V) a thread loads per tile
+KSTEP = 16               # tile-key step between a thread's chunks
+HRS = 20                 # hi / lo: key stride (16 rows + 4)
+XRS = 48                 # x: row stride (32 keys + 16): a warp's two rows 16 banks apart
+U_RS = 48                # u: row stride; two rows of a warp's Kahan loads 16 banks apart
+
+
+def smem_layout():
+    """Offsets (float32 elements) into the dynamic shared buffer; all multiples of 4."""
+    D = D_WIDE
+    NSL = D // 16
+    L = {"VRS": D + 4}                       # V row stride: an 8-lane phase hits 8 bank groups
+    L["QS_SL"] = 16 * RC + 4                 # q * 2^112 [slice][ii][row]
+    L["QS"] = 0
+    L["KS_SL"] = 16 * TILE_KEYS + 8          # K * 2^-120 [slice][ii][key]: 4-byte stores of a
+    L["KS"] = L["QS"] + NSL * L["QS_SL"]     # warp (4 columns x 8 keys) hit 32 banks
+    L["U_SL"] = RC * U_RS                    # u [slice][row][key]
+    L["UV"] = L["KS"] + NSL * L["KS_SL"]     # u, then V * 2^-120 [key][d] (same space)
+    uv = max(NSL * L["U_SL"], TILE_KEYS * L["VRS"])
+    L["HS"] = L["UV"] + uv                   # hi * 2^120 [key][row]
+    L["LS"] = L["HS"] + TILE_KEYS * HRS      # lo * 2^109 [key][row]
+    L["XS"] = L["LS"] + TILE_KEYS * HRS      # x [row][key]
+    L["T1"] = L["XS"] + RC * XRS             # pairwise-tree level 1 [row][16]
+    L["AS"] = L["T1"] + RC * 16              # alpha [tile parity][row]
+    L["LF"] = L["AS"] + 2 * RC               # l [row]
+    L["SEEN"] = L["LF"] + RC                 # keys of the tile each row sees, as float32
+    L["NANV"] = L["SEEN"] + RC               # "this tile's V holds a NaN code" [parity]
+    L["TOTAL"] = L["NANV"] + 4
+    for k, v in L.items():
+        assert v % 4 == 0, (k, v)
+    return L
+
+
+LC_BITS = (0, 4, 5, 6)   # load role: thread-index bits of the 16-byte column lc
+LK_BITS = (1, 2, 3, 7)   # and of the key lk0: an 8-lane phase covers 2 columns x 4 keys
+
+
+def _bits_expr(bits):
+    return " + ".join(f"(((tid >> {b}) & 1) << {i})" for i, b in enumerate(bits))
+
+
+def _helpers_source():
+    """The 4 x 4 register-tile device functions (constant indices, inlined)."""
+    src = Source()
+    e = src.e
+    R4 = C4 = range(4)
+    e(0, "@_devfn")
+    e(0, "def _zero16(a):")
+    for x in range(16):
+        e(1, f"a[{x}] = F32_ZERO")
+    e(0, "")
+    e(0, "@_devfn")
+    e(0, "def _store_u16(sm, ub, u):")
+    for rr in R4:
+        e(1, f"sts4(sm, ub + {rr * U_RS}, u[{4 * rr}], u[{4 * rr + 1}], u[{4 * rr + 2}], u[{4 * rr + 3}])")
+    e(0, "")
+    e(0, "@_devfn")
+    e(0, "def _o_update16(sm, aa, o, t):")
+    e(1, "h0, h1, h2, h3 = lds4(sm, aa)")
+    for rr in R4:
+        for cc in C4:
+            e(1, f"o[{4 * rr + cc}] = cuda.fma(o[{4 * rr + cc}], h{rr}, t[{4 * rr + cc}])")
+    e(0, "")
+    e(0, "@_devfn")
+    e(0, "def _pv_masked16(sm, va, ha, sa, jf, t):")
+    e(1, "# frozen's boundary tiles: a key the row does not see contributes V = 0")
+    e(1, "v0, v1, v2, v3 = lds4(sm, va)")
+    e(1, "h0, h1, h2, h3 = lds4(sm, ha)")
+    e(1, "s0, s1, s2, s3 = lds4(sm, sa)")
+    for rr in R4:
+        for cc in C4:
+            e(1, f"t[{4 * rr + cc}] = cuda.fma(h{rr}, v{cc} if jf < s{rr} else F32_ZERO, t[{4 * rr + cc}])")
+    return src.text()
+
+
+def emit_fma16(e, ind, acc, a, b):
+    """acc[4r + c] = fma(a_r, b_c, acc[4r + c]) for the 4 x 4 tile."""
+    for rr in range(4):
+        for cc in range(4):
+            e(ind, f"{acc}[{4 * rr + cc}] = cuda.fma({a}{rr}, {b}{cc}, {acc}[{4 * rr + cc}])")
+
+
+def _source(VEC):
+    """Python source of the split kernel (D = 256); ``VEC``: 16-byte cache loads (else four
+    4-byte loads per chunk)."""
+    D = D_WIDE
+    NSL = D // 16
+    NPASS = NSL // 8                 # passes of the score role: 8 warps, one slice each
+    L = smem_layout()
+    QS, QS_SL, KS, KS_SL, VRS = L["QS"], L["QS_SL"], L["KS"], L["KS_SL"], L["VRS"]
+    UV, U_SL = L["UV"], L["U_SL"]
+    HS, LS, XS, T1, AS, LF = L["HS"], L["LS"], L["XS"], L["T1"], L["AS"], L["LF"]
+    SEEN, NANV = L["SEEN"], L["NANV"]
+    C4 = range(4)
+    src = Source()
+    e = src.e
+
+    def load(ind, arr, n, cache, off):
+        words = ", ".join(f"{arr}[{4 * n + m}]" for m in C4)
+        e(ind, f"if {off} >= 0:")
+        if VEC:
+            e(ind + 1, f"{words} = ldg4_at({cache}, {off})")
+        else:
+            for m in C4:
+                e(ind + 1, f"{arr}[{4 * n + m}] = ldb4_at({cache}, {off} + {4 * m})")
+        e(ind, "else:")
+        e(ind + 1, "; ".join(f"{arr}[{4 * n + m}] = U0" for m in C4))
+
+    def chunk_offsets(ind, n, key):
+        """kof/vof of chunk n (key ``key``): -1 unless the key is < T and its block-table
+        column and page id are valid."""
+        e(ind, f"kof{n} = -1")
+        e(ind, f"vof{n} = -1")
+        e(ind, f"jn = {key}")
+        e(ind, "if jn < T:")
+        e(ind + 1, "pcol = jn // page_size")
+        e(ind + 1, "if pcol < W:")
+        e(ind + 2, "pg = block_table[b, pcol]")
+        e(ind + 2, "if pg >= 0 and pg < num_pages:")
+        e(ind + 3, "pslot = jn - pcol * page_size")
+        e(ind + 3, f"kof{n} = pg * ks0 + pslot * ks1 + k_head")
+        e(ind + 3, f"vof{n} = pg * vs0 + pslot * vs1 + v_head")
+
+    def decode(ind, arr, is_v, flag):
+        """This thread's chunks of ``arr`` into shared memory after one NaN-code test of all
+        their words (``flag``: its result); one straight path each way."""
+        e(ind, f"{flag} = " + " | ".join(f"nan_bytes({arr}[{i}])" for i in range(4 * NCH)))
+        for cond, dec in ((f"opaque32({flag}) == U0", "e4m3x4_plain"), (None, "e4m3x4")):
+            e(ind, f"if {cond}:" if cond else "else:                                    # a NaN code")
+            for n in range(NCH):
+                for m in C4:
+                    e(ind + 1, f"a0, a1, a2, a3 = {dec}({arr}[{4 * n + m}])")
+                    if is_v:
+                        e(ind + 1, f"sts4(sm, {UV} + (lk0 + {KSTEP * n}) * {VRS} + 16 * lc + {4 * m}, "
+                                   "a0, a1, a2, a3)")
+                    else:
+                        for k in C4:
+                            e(ind + 1, f"st1(sm, {KS} + lc * {KS_SL} + {(4 * m + k) * TILE_KEYS} + lk0 + "
+                                       f"{KSTEP * n}, a{k})")
+
+    e(0, "def split_kernel(q, k_cache, v_cache, block_table, seq_lens, row_lengths, use_rows,")
+    e(0, "                 page_size, splits, qk_scale, v_scale, partial, lse):")
+    for line in [
+        "s = cuda.blockIdx.x", "bh = cuda.blockIdx.y", "rg = cuda.blockIdx.z", "tid = cuda.threadIdx.x",
+        "Q = q.shape[1]", "Hq = q.shape[2]", "num_pages = k_cache.shape[0]", "Hkv = k_cache.shape[2]",
+        "W = block_table.shape[1]", "G = Hq // Hkv", "GQ = G * Q", "b = bh // Hkv", "hk = bh - b * Hkv",
+        "T = request_keys(seq_lens, row_lengths, use_rows, b, Q)",
+        "A = active_split_count(T, splits)",
+        "if s >= A:", "    return",
+        "first = split_first_tile(T, A, s)",
+        "last = first + split_tile_count(T, A, s) - 1",
+        "sm = cuda.shared.array(0, _SMEM_DT, SHARED_ALIGN)",
+        "zr = W >> 40                  # 0 at run time, unknown to the compiler: loop trip counts",
+        "ns = 2 + zr                   # that it cannot unroll",
+        "npv = 8 + zr",
+        "lane = tid & 31", "warp = tid >> 5",
+        "kg = lane & 7                                   # score role: keys 4kg..4kg+3,",
+        "srg = lane >> 3                                 # rows 4srg..4srg+3 of slice 8ps + warp",
+        "r = tid >> 4                                    # softmax role: row r,",
+        "kq = tid & 15                                   # keys kq and kq + 16",
+        "pcg = (lane & 7) + 8 * warp                     # PV role: columns 4pcg..4pcg+3,",
+        "prg = lane >> 3                                 # rows 4prg..4prg+3",
+        f"lc = {_bits_expr(LC_BITS)}     # load role: 16-byte column lc",
+        f"lk0 = {_bits_expr(LK_BITS)}    # of keys lk0 and lk0 + {KSTEP}",
+        "ks0 = k_cache.strides[0]", "ks1 = k_cache.strides[1]",
+        "vs0 = v_cache.strides[0]", "vs1 = v_cache.strides[1]",
+        "k_head = hk * k_cache.strides[2] + 16 * lc      # byte offset of the chunk in a row",
+        "v_head = hk * v_cache.strides[2] + 16 * lc",
+        f"k_tile = {TILE_KEYS} * ks1",
+        f"v_tile = {TILE_KEYS} * vs1",
+        f"kw = cuda.local.array({4 * NCH}, np.uint32)",
+        f"vw = cuda.local.array({4 * NCH}, np.uint32)",
+        "u = cuda.local.array(16, np.float32)",
+        "o = cuda.local.array(16, np.float32)",
+        "t = cuda.local.array(16, np.float32)",
+    ]:
+        e(1, line)
+
+    e(1, "# ---- q * 2^112 into shared memory (rows past G*Q: zeros) ----")
+    e(1, f"for idx in range(tid, {RC * D}, {NT}):")
+    e(2, f"rr = idx // {D}")
+    e(2, f"i = idx - rr * {D}")
+    e(2, "gr = rg * 16 + rr")
+    e(2, "val = F32_ZERO")
+    e(2, "if gr < GQ:")
+    e(3, "g = gr // Q")
+    e(3, "val = np.float32(q[b, gr - g * Q, hk * G + g, i]) * Q_SCALE")
+    e(2, f"st1(sm, {QS} + (i >> 4) * {QS_SL} + (i & 15) * {RC} + rr, val)")
+    e(1, "gr_s = rg * 16 + r")
+    e(1, "my_len = 0")
+    e(1, "if gr_s < GQ:")
+    e(2, "g_s = gr_s // Q")
+    e(2, "my_len = row_length(seq_lens, row_lengths, use_rows, b, gr_s - g_s * Q, Q)")
+    e(1, "min_len = 1 << 62                               # shortest valid row of the CTA")
+    e(1, "for rr in range(16):")
+    e(2, "gr = rg * 16 + rr")
+    e(2, "if gr < GQ:")
+    e(3, "g = gr // Q")
+    e(3, "min_len = min(min_len, row_length(seq_lens, row_lengths, use_rows, b, gr - g * Q, Q))")
+    e(1, "if tid == 0:")
+    e(2, f"st1(sm, {NANV}, F32_ZERO)")
+    e(2, f"st1(sm, {NANV} + 1, F32_ZERO)")
+    e(1, "m_run = NEG_INF")
+    e(1, "l_run = F32_ZERO")
+
+    e(1, "# ---- the first tile: each chunk's page, cache offsets, K loads and decode ----")
+    e(1, f"j0 = first * {TILE_KEYS} + lk0")
+    e(1, "slot0 = j0 - (j0 // page_size) * page_size       # chunk 0's slot in its page")
+    for n in range(NCH):
+        chunk_offsets(1, n, f"j0 + {KSTEP * n}")
+        load(1, "kw", n, "k_cache", f"kof{n}")
+    decode(1, "kw", False, "nf")
+    e(1, "_zero16(o)")
+    e(1, "cuda.syncthreads()")
+
+    e(1, "for tile in range(first, last + 1):")
+    e(2, f"key0 = tile * {TILE_KEYS}")
+    e(2, "# ---- A0: V of this tile, then each chunk's offsets one tile on ----")
+    for n in range(NCH):
+        load(2, "vw", n, "v_cache", f"vof{n}")
+    e(2, "if tile < last:")
+    e(3, f"slot0 += {TILE_KEYS}")
+    e(3, f"if slot0 + {KSTEP * (NCH - 1)} < page_size:     # no chunk crossed a page: one add each")
+    e(4, f"rem = T - key0 - {TILE_KEYS}                 # next tile: key lk0 + {KSTEP}n < T iff < rem")
+    for n in range(NCH):
+        e(4, f"if lk0 + {KSTEP * n} >= rem:")
+        e(5, f"kof{n} = -1")
+        e(5, f"vof{n} = -1")
+        e(4, f"elif kof{n} >= 0:")
+        e(5, f"kof{n} += k_tile")
+        e(5, f"vof{n} += v_tile")
+    e(3, "else:                                            # recompute from the block table")
+    e(4, f"j0 = key0 + {TILE_KEYS} + lk0")
+    e(4, "slot0 = j0 - (j0 // page_size) * page_size")
+    for n in range(NCH):
+        chunk_offsets(4, n, f"j0 + {KSTEP * n}")
+
+    e(2, "# ---- A: K16 slice sums u, 4 rows x 4 keys of one slice a warp, ascending i ----")
+    e(2, f"for ps in range({NPASS}):")
+    e(3, "sl = ps * 8 + warp")
+    e(3, "_zero16(u)")
+    e(3, f"qa = {QS} + sl * {QS_SL} + 4 * srg")
+    e(3, f"ka = {KS} + sl * {KS_SL} + 4 * kg")
+    e(3, "q0_0, q0_1, q0_2, q0_3 = lds4(sm, qa)")
+    e(3, "k0_0, k0_1, k0_2, k0_3 = lds4(sm, ka)")
+    e(3, "it = 0")
+    e(3, "while it < ns:                           # 2 x 8 K16 steps; operands one step ahead")
+    e(4, f"nqa = qa + {8 * RC} if it + 1 < ns else qa")
+    e(4, f"nka = ka + {8 * TILE_KEYS} if it + 1 < ns else ka")
+    for ii in range(8):
+        st = (ii + 1) % 2
+        qa_n = f"qa + {(ii + 1) * RC}" if ii < 7 else "nqa"
+        ka_n = f"ka + {(ii + 1) * TILE_KEYS}" if ii < 7 else "nka"
+        e(4, f"q{st}_0, q{st}_1, q{st}_2, q{st}_3 = lds4(sm, {qa_n})")
+        e(4, f"k{st}_0, k{st}_1, k{st}_2, k{st}_3 = lds4(sm, {ka_n})")
+        emit_fma16(e, 4, "u", f"q{ii % 2}_", f"k{ii % 2}_")
+    e(4, "qa = nqa")
+    e(4, "ka = nka")
+    e(4, "it += 1")
+    e(3, f"_store_u16(sm, {UV} + sl * {U_SL} + 4 * srg * {U_RS} + 4 * kg, u)")
+    e(2, "cuda.syncthreads()                               # S1")
+
+    e(2, "# ---- B: Kahan across the slices in ascending order, scale, visibility ----")
+    e(2, f"ubr = {UV} + r * {U_RS} + kq")
+    for m in range(2):
+        e(2, f"s{m} = F32_ZERO")
+        e(2, f"c{m} = F32_ZERO")
+    e(2, f"for sl in range({NSL}):")
+    e(3, f"ua = ubr + sl * {U_SL}")
+    for m in range(2):
+        e(3, f"y{m} = ld1(sm, ua + {16 * m}) - c{m}")
+        e(3, f"w{m} = s{m} + y{m}")
+        e(3, f"c{m} = (w{m} - s{m}) - y{m}")
+        e(3, f"s{m} = w{m}")
+    for m in range(2):
+        e(2, f"vis{m} = key0 + kq + {16 * m} < my_len")
+        e(2, f"x{m} = NEG_INF")
+        e(2, f"if vis{m}:")
+        e(3, f"x{m} = (s{m} * U_UNSCALE) * qk_scale")
+        e(2, f"st1(sm, {XS} + r * {XRS} + kq + {16 * m}, x{m})")
+    e(2, "cuda.syncthreads()                               # S2")
+
+    emit_tile_max(e, L, XRS)
+    for m in range(2):
+        e(2, f"ex{m} = np.float32(math.exp(max(x{m} - mnew, EXP_CLAMP)))")
+        e(2, f"p{m} = ex{m} if vis{m} else F32_ZERO")
+        e(2, f"hi{m} = np.float32(np.float16(p{m}))")
+        e(2, f"lo{m} = np.float32(np.float16((p{m} - hi{m}) * RESIDUAL_SCALE))")
+        e(2, f"st1(sm, {HS} + (kq + {16 * m}) * {HRS} + r, hi{m} * HI_SCALE)")
+        e(2, f"st1(sm, {LS} + (kq + {16 * m}) * {HRS} + r, lo{m} * LO_SCALE)")
+    e(2, f"st1(sm, {T1} + r * 16 + kq, p0 + p1)            # tree level 1: p_kq + p_(kq+16)")
+    e(2, "if kq == 0:")
+    e(3, "seen = min(max(my_len - key0, -1), 33)")
+    e(3, f"st1(sm, {SEEN} + r, np.float32(seen))")
+    e(2, "# decode V of this tile (the u space is free)")
+    e(2, "if tid == 0:")
+    e(3, f"st1(sm, {NANV} + ((tile + 1) & 1), F32_ZERO)")
+    decode(2, "vw", True, "vnan")
+    e(2, "if vnan != U0:")
+    e(3, f"st1(sm, {NANV} + (tile & 1), F32_ONE)")
+    e(2, "cuda.syncthreads()                               # S3")
+
+    e(2, "# ---- C2: tree levels 2-5 and the (m, l) update ----")
+    e(2, f"f0, f1, f2, f3 = lds4(sm, {T1} + r * 16)")
+    e(2, f"f4, f5, f6, f7 = lds4(sm, {T1} + r * 16 + 4)")
+    e(2, f"f8, f9, f10, f11 = lds4(sm, {T1} + r * 16 + 8)")
+    e(2, f"f12, f13, f14, f15 = lds4(sm, {T1} + r * 16 + 12)")
+    for j in range(8):
+        e(2, f"e{j} = f{j} + f{j + 8}                    # frozen's (p_j + p_j+16) + (p_j+8 + p_j+24)")
+    e(2, "tsum = ((e0 + e4) + (e2 + e6)) + ((e1 + e5) + (e3 + e7))")
+    e(2, "alpha = F32_ONE")
+    e(2, "if tsum > F32_ZERO:")
+    e(3, "alpha = np.float32(math.exp(max(m_run - mnew, EXP_CLAMP)))")
+    e(3, "l_run = cuda.fma(l_run, alpha, tsum)")
+    e(3, "m_run = mnew")
+    e(2, "if kq == 0:")
+    e(3, f"st1(sm, {AS} + (tile & 1) * {RC} + r, alpha)")
+    e(3, f"st1(sm, {LF} + r, l_run)")
+
+    e(2, "# ---- D: K of the next tile, PV into T, then that K decoded ----")
+    e(2, "if tile < last:")
+    for n in range(NCH):
+        load(3, "kw", n, "k_cache", f"kof{n}")
+    e(2, "_zero16(t)")
+    e(2, f"vb = {UV} + 4 * pcg")
+    e(2, f"hb = {HS} + 4 * prg")
+    e(2, f"lb = {LS} + 4 * prg")
+    e(2, f"if key0 + {TILE_KEYS} <= min_len or ld1(sm, {NANV} + (tile & 1)) == F32_ZERO:")
+    e(3, "# every row sees every key, or V is finite (p = 0 then adds an exact 0):")
+    e(3, "# hi over keys 0..15, lo over 0..15, hi over 16..31, lo over 16..31")
+    e(3, "va = vb")
+    e(3, "ha = hb")
+    e(3, "v0_0, v0_1, v0_2, v0_3 = lds4(sm, va)")
+    e(3, "h0_0, h0_1, h0_2, h0_3 = lds4(sm, ha)")
+    e(3, "it = 0")
+    e(3, "while it < npv:                 # 8 x 8 keys: (half, hi / lo, 8 keys); operands one key ahead")
+    e(4, "nx = it + 1 if it + 1 < npv else it")
+    e(4, f"nva = vb + (nx >> 2) * {16 * VRS} + (nx & 1) * {8 * VRS}")
+    e(4, f"nha = (lb if ((nx >> 1) & 1) != 0 else hb) + (nx >> 2) * {16 * HRS} + (nx & 1) * {8 * HRS}")
+    for jj in range(8):
+        st = (jj + 1) % 2
+        va_n = f"va + {(jj + 1) * VRS}" if jj < 7 else "nva"
+        ha_n = f"ha + {(jj + 1) * HRS}" if jj < 7 else "nha"
+        e(4, f"v{st}_0, v{st}_1, v{st}_2, v{st}_3 = lds4(sm, {va_n})")
+        e(4, f"h{st}_0, h{st}_1, h{st}_2, h{st}_3 = lds4(sm, {ha_n})")
+        emit_fma16(e, 4, "t", f"h{jj % 2}_", f"v{jj % 2}_")
+    e(4, "va = nva")
+    e(4, "ha = nha")
+    e(4, "it += 1")
+    e(2, "else:")
+    e(3, "# a boundary tile with a NaN code in V: frozen's V = 0 for keys a row does not see")
+    e(3, f"sa = {SEEN} + 4 * prg")
+    e(3, "for half in range(2):")
+    e(4, "for jj in range(16):")
+    e(5, "j = 16 * half + jj")
+    e(5, f"_pv_masked16(sm, vb + j * {VRS}, hb + j * {HRS}, sa, np.float32(j), t)")
+    e(4, "for jj in range(16):")
+    e(5, "j = 16 * half + jj")
+    e(5, f"_pv_masked16(sm, vb + j * {VRS}, lb + j * {HRS}, sa, np.float32(j), t)")
+    e(2, "if tile < last:                                  # (K is read before S1 only)")
+    decode(3, "kw", False, "nf")
+    e(2, "cuda.syncthreads()                               # S4")
+    e(2, "# ---- O = fma(O, alpha, T): this tile's alpha is visible from S4 on ----")
+    e(2, f"_o_update16(sm, {AS} + (tile & 1) * {RC} + 4 * prg, o, t)")
+
+    e(1, "# ---- the split's record ----")
+    for rr in range(4):
+        e(1, f"gr = rg * 16 + 4 * prg + {rr}")
+        e(1, "if gr < GQ:")
+        e(2, "g = gr // Q")
+        e(2, "tt = gr - g * Q")
+        e(2, "hh = hk * G + g")
+        e(2, f"f = v_scale if ld1(sm, {LF} + 4 * prg + {rr}) > F32_ZERO else F32_ZERO")
+        for cc in range(4):
+            e(2, f"partial[b, s, tt, hh, 4 * pcg + {cc}] = o[{4 * rr + cc}] * f")
+    e(1, "if kq == 0 and gr_s < GQ:")
+    e(2, "g = gr_s // Q")
+    e(2, "tt = gr_s - g * Q")
+    e(2, "hh = hk * G + g")
+    e(2, "lse[b, s, tt, hh, 0] = m_run if l_run > F32_ZERO else NEG_INF")
+    e(2, "lse[b, s, tt, hh, 1] = l_run")
+    return src.text()
+
+
+exec_source(_helpers_source(), "<dflash2_numba.attention.tiled_wide helpers>", globals())
+
+
+def _make_split_kernel(VEC):
+    ns = dict(globals())
+    exec_source(_source(VEC), f"<dflash2_numba.attention.tiled_wide split {'vec' if VEC else 'bytes'}>", ns)
+    return ns["split_kernel"]
+
+
+SMEM_BYTES = 4 * smem_layout()["TOTAL"]
+_pyfuncs = {vec: _make_split_kernel(vec) for vec in (True, False)}
+_kernels = {(vec, two): jit_bounded(f, LAUNCH_BOUNDS if two else SM70_LAUNCH_BOUNDS)
+            for vec, f in _pyfuncs.items() for two in (True, False)}
+
+
+def _split_name(vec, two_cta=True):
+    return (f"attention.tiled_wide.split.d{D_WIDE}" + ("" if vec else ".bytes")
+            + ("" if two_cta else ".sm70"))
+
+
+def supports(plan: dict) -> None:
+    tiled.supports(plan)
+    if plan["D"] != D_WIDE:
+        raise UnsupportedShape(f"tiled_wide: head dim {plan['D']}; built for {D_WIDE} only")
+
+
+def split_launch(plan, kernels=None):
+    """(name, kernel, grid, args) of the plan's split launch (``kernels``: vec -> jitted
+    kernel, for measurements; default the registered form for the current device)."""
+    B, Q, Hq, D = plan.q_shape
+    Hkv = plan.k_cache.shape[2]
+    G = Hq // Hkv
+    kc = tiled._u32_view(plan.k_cache)
+    vc = tiled._u32_view(plan.v_cache) if kc is not None else None
+    vec = kc is not None and vc is not None
+    if not vec:
+        kc, vc = plan.k_cache, plan.v_cache
+    two = device_cc_at_least(TWO_CTA_MIN_CC)
+    kern = kernels[vec] if kernels is not None else _kernels[vec, two]
+    groups = (G * Q + RC - 1) // RC
+    return (_split_name(vec, two), DynShared(kern, SMEM_BYTES),
+            (plan.splits, B * Hkv, groups),
+            (plan.q, kc, vc, plan.block_table, plan.seq_lens, plan.row_lengths, plan.use_rows,
+             plan.page_size, plan.splits, plan.qk_scale, plan.v_scale, plan.partial, plan.lse))
+
+
+def run(plan, stream) -> None:
+    name, kern, grid, args = plan.launch_setup("tiled_wide.split", split_launch)
+    launch(name, kern, grid, NT, stream, *args)
+    frozen.launch_combine(plan, stream, "attention.tiled_wide.combine")
+
+
+VARIANT = register(Variant(
+    name="tiled_wide",
+    family="attention",
+    description="tiled_compact's arithmetic on 256-thread CTAs (16 warps an SM) with 4x4 "
+                "register tiles for the score and PV, two keys a thread in the softmax, "
+                "two 16-byte chunks a thread in the decode; D = 256 only; frozen's combine",
+    contract="A (q8 verification attention), bit-identical to frozen",
+    kernels=tuple(
+        KernelSpec(_split_name(vec, two), _pyfuncs[vec],
+                   ((tiled._sig_vec if vec else tiled._sig_byte),),
+                   launch_bounds=LAUNCH_BOUNDS if two else SM70_LAUNCH_BOUNDS,
+                   min_cc=TWO_CTA_MIN_CC if two else (0, 0),
+                   max_cc=(99, 99) if two else (TWO_CTA_MIN_CC[0] - 1, 99))
+        for two in (True, False) for vec in (True, False)
+    ) + (KernelSpec("attention.tiled_wide.combine", frozen.combine_kernel.py_func,
+                    frozen._combine_sigs),),
+    run=run,
+    supports=supports,
+    bitwise_reference="frozen",
+))
