@@ -422,15 +422,31 @@ def _attn_plan(variant, ctx=261888, splits=80):
 ATTN_FLAG_OPTIONS = ("defer_o", "k_late", "pv_pairs", "k_perm", "loop32", "nan_once")
 
 
-def mode_attn_ab(args):
-    """``tiled_compact``'s split kernel built with each ``--attn-options`` entry (schedule
-    options of its generator, same bits: ``defer_o``, ``score_steps``, ``pv_keys``,
-    ``score_depth``, ``pv_depth``, ``k_late``, ``pv_pairs``, ``k_perm``, ``loop32``,
-    ``nan_once``): partial
-    and lse compared byte for byte with the registered kernel's after sentinel fill, then
-    CUDA-event medians in interleaved rounds."""
+def _ab_split_launch(target, plan, opts):
+    """(launcher, threads) of ``target``'s split kernel (``tiled_compact`` or ``tiled_wide``)
+    built with generator options ``opts`` for ``plan``."""
+    from dflash2_numba._compat import jit_bounded
     from dflash2_numba.attention import tiled_compact as TC
+    from dflash2_numba.attention import tiled_wide as TW
 
+    if target == "tiled_wide":
+        kern = jit_bounded(TW._make_split_kernel(True, **opts), TW.LAUNCH_BOUNDS)
+        _, dyn, grid, kargs = TW.split_launch(plan, {True: kern})
+        return (lambda: dyn[grid, TW.NT, 0](*kargs)), TW.NT
+    kern = cuda.jit(TC._make_split_kernel(256, True, **opts))
+    _, dyn, grid, kargs = TC.split_launch(plan, {(256, True): kern}, options=opts)
+    return (lambda: dyn[grid, TC.NT, 0](*kargs)), TC.NT
+
+
+def mode_attn_ab(args):
+    """The split kernel of ``--attn-ab-variant`` (``tiled_compact`` or ``tiled_wide``) built
+    with each ``--attn-options`` entry (schedule options of its generator, same bits;
+    tiled_compact: ``defer_o``, ``score_steps``, ``pv_keys``, ``score_depth``, ``pv_depth``,
+    ``k_late``, ``pv_pairs``, ``k_perm``, ``loop32``, ``nan_once``; tiled_wide:
+    ``score_steps``, ``pv_keys``, ``loop32``): partial and lse compared byte for byte with
+    the registered ``tiled_compact`` kernel's (frozen's bytes) after sentinel fill, then
+    CUDA-event medians in interleaved rounds."""
+    target = args.attn_ab_variant
     plan, ws, ctx = _attn_plan("tiled_compact", args.attn_ctx, args.attn_splits)
     ws.fill_sentinel()
     plan.launch()
@@ -442,9 +458,7 @@ def mode_attn_ab(args):
         for kv in [x for x in entry.split(",") if x]:
             k, v = kv.split("=")
             opts[k] = bool(int(v)) if k in ATTN_FLAG_OPTIONS else int(v)
-        kern = cuda.jit(TC._make_split_kernel(256, True, **opts))
-        name, dyn, grid, kargs = TC.split_launch(plan, {(256, True): kern}, options=opts)
-        go = (lambda dyn=dyn, grid=grid, kargs=kargs: dyn[grid, TC.NT, 0](*kargs))
+        go, _ = _ab_split_launch(target, plan, opts)
         ws.fill_sentinel()
         go()
         cuda.synchronize()
@@ -454,7 +468,7 @@ def mode_attn_ab(args):
     for _ in range(args.rounds):
         for entry, d in entries.items():
             d["ms"].append(event_median_ms(d["go"], args.reps, args.inner))
-    return [dict(what=f"tiled_compact split kernel, options {entry}, one layer at {ctx}",
+    return [dict(what=f"{target} split kernel, options {entry}, one layer at {ctx}",
                  same_bytes=d["same"], ms=float(np.median(d["ms"])), rounds=d["ms"])
             for entry, d in entries.items()]
 
@@ -483,6 +497,8 @@ def main(argv=None):
     ap.add_argument("--attn-ctx", type=int, default=261888,
                     help="attn-ab: the context (tokens) of the production-shape plan")
     ap.add_argument("--attn-splits", type=int, default=80, help="attn-ab: the plan's splits")
+    ap.add_argument("--attn-ab-variant", default="tiled_compact", choices=["tiled_compact", "tiled_wide"],
+                    help="attn-ab: whose split kernel the options build")
     ap.add_argument("--attn-options", default="defer_o=1;defer_o=0",
                     help="attn-ab: ';'-separated tiled_compact generator option sets, e.g. "
                          "'defer_o=1;defer_o=1,score_steps=16;pv_keys=16' (the flags in "

@@ -25,8 +25,9 @@
 #                     bench/smem_delivery.py: shared memory's bytes a cycle to the registers),
 #           out-bounds (bench/out_bounds_ab.py: the 8 x 8 output kernel under each OUT_BOUNDS launch
 #                     bound (128, B), default 3,4,2, bytes checked, timed interleaved at 65536),
-#           attn-ab (tiled_compact's split kernel under each ATTN_OPTIONS generator option set,
-#                     bytes checked against the registered kernel, timed interleaved at 261888),
+#           attn-ab (ATTN_AB_VARIANT's split kernel, tiled_compact (default) or tiled_wide, under
+#                     each ATTN_OPTIONS generator option set, bytes checked against the registered
+#                     tiled_compact kernel, timed interleaved at 261888),
 #           ncu-attn (per-instruction Nsight Compute report of one attention split launch at 261888,
 #                     summed per phase by bench/ncu_source_segments.py; NCU_ATTN_VARIANT,
 #                     default tiled_compact)
@@ -113,7 +114,8 @@ for stage in "$@"; do
           > "$out/out_bounds_ab.log" 2>&1; rc=$?
       grep -E "'what'" "$out/out_bounds_ab.log" | cut -c1-160 ;;
     attn-ab)
-      python3 bench/profile_kernels.py attn-ab --attn-options "${ATTN_OPTIONS:-defer_o=1;defer_o=0}" \
+      python3 bench/profile_kernels.py attn-ab --attn-ab-variant "${ATTN_AB_VARIANT:-tiled_compact}" \
+          --attn-options "${ATTN_OPTIONS:-defer_o=1;defer_o=0}" \
           --rounds "${ATTN_ROUNDS:-7}" --out "$out" > "$out/attn_ab.log" 2>&1; rc=$?
       tail -n 20 "$out/attn_ab.log" ;;
     ncu-attn)

@@ -553,10 +553,10 @@ def test_rec_forms_ab_checks_bytes_of_every_pair(tmp_path, monkeypatch):
 
 
 def test_attention_option_ab_checks_each_option_set_against_the_registered_kernel(tmp_path):
-    """``profile_kernels.py attn-ab`` (the tool that times tiled_compact's schedule options
-    on the GPU) builds each option set's kernel with its own shared-memory size, and finds
-    the registered kernel's partial and lse bytes for every one (a short context and two
-    splits, for the simulator)."""
+    """``profile_kernels.py attn-ab`` (the tool that times tiled_compact's and tiled_wide's
+    schedule options on the GPU) builds each option set's kernel with its own shared-memory
+    size, and finds the registered kernel's partial and lse bytes for every one (a short
+    context and two splits, for the simulator)."""
     import json
 
     from bench.profile_kernels import main
@@ -566,4 +566,12 @@ def test_attention_option_ab_checks_each_option_set_against_the_registered_kerne
                  "--rounds", "1", "--reps", "1", "--inner", "1", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "profile_attn-ab.json").read_text())
     assert [r["what"].split("options ")[1].split(", one layer")[0] for r in rows] == opts.split(";")
+    assert [r["same_bytes"] for r in rows] == [True, True]
+    # tiled_wide's options, against the same registered tiled_compact bytes
+    wide = "score_steps=8;score_steps=16,pv_keys=16,loop32=1"
+    assert main(["attn-ab", "--attn-ab-variant", "tiled_wide", "--attn-ctx", "40",
+                 "--attn-splits", "2", "--attn-options", wide, "--rounds", "1", "--reps", "1",
+                 "--inner", "1", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "profile_attn-ab.json").read_text())
+    assert [r["what"].split(" split")[0] for r in rows] == ["tiled_wide", "tiled_wide"]
     assert [r["same_bytes"] for r in rows] == [True, True]

@@ -42,8 +42,8 @@ from .._registry import KernelSpec, UnsupportedShape, Variant, launch, register
 from ..contract import EXP_CLAMP, MAX_GROUP, MAX_Q, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
 from . import frozen, tiled
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count  # noqa: F401
-from ._tiled_ops import (SHARED_ALIGN, e4m3x4, e4m3x4_plain, ld1, ldb4_at, ldg4_at, lds4,  # noqa: F401
-                         nan_bytes, opaque32, st1, sts4)
+from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1, ldb4_at,  # noqa: F401
+                         ldg4_at, lds4, lt32, mul32, nan_bytes, opaque32, shr32, st1, sts4)
 from ._tiled_source import Source, emit_tile_max, exec_source
 from .tiled import (_SMEM_DT, F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, Q_SCALE, U0,  # noqa: F401
                     U_UNSCALE, _devfn)
@@ -138,9 +138,17 @@ def emit_fma16(e, ind, acc, a, b):
             e(ind, f"{acc}[{4 * rr + cc}] = cuda.fma({a}{rr}, {b}{cc}, {acc}[{4 * rr + cc}])")
 
 
-def _source(VEC):
+def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
     """Python source of the split kernel (D = 256); ``VEC``: 16-byte cache loads (else four
-    4-byte loads per chunk)."""
+    4-byte loads per chunk). Schedule options (same bits; the registered kernels use the
+    defaults): ``score_steps`` K16 steps per score-loop iteration and ``pv_keys`` keys per
+    PV-loop iteration (8 or 16); ``loop32``: both loops' counters and the PV loop's next
+    offsets in 32-bit arithmetic (``tiled_compact``'s option of that name)."""
+    if score_steps not in (8, 16) or pv_keys not in (8, 16):
+        raise ValueError("score_steps and pv_keys: 8 or 16")
+    SS, PK = score_steps, pv_keys
+    G = 16 // PK                     # PV iterations per (half, hi / lo) pass
+    lg = G.bit_length() - 1
     D = D_WIDE
     NSL = D // 16
     NPASS = NSL // 8                 # passes of the score role: 8 warps, one slice each
@@ -209,8 +217,8 @@ def _source(VEC):
         "last = first + split_tile_count(T, A, s) - 1",
         "sm = cuda.shared.array(0, _SMEM_DT, SHARED_ALIGN)",
         "zr = W >> 40                  # 0 at run time, unknown to the compiler: loop trip counts",
-        "ns = 2 + zr                   # that it cannot unroll",
-        "npv = 8 + zr",
+        f"ns = {16 // SS} + zr                   # that it cannot unroll",
+        f"npv = {64 // PK} + zr",
         "lane = tid & 31", "warp = tid >> 5",
         "kg = lane & 7                                   # score role: keys 4kg..4kg+3,",
         "srg = lane >> 3                                 # rows 4srg..4srg+3 of slice 8ps + warp",
@@ -301,20 +309,22 @@ def _source(VEC):
     e(3, f"ka = {KS} + sl * {KS_SL} + 4 * kg")
     e(3, "q0_0, q0_1, q0_2, q0_3 = lds4(sm, qa)")
     e(3, "k0_0, k0_1, k0_2, k0_3 = lds4(sm, ka)")
-    e(3, "it = 0")
-    e(3, "while it < ns:                           # 2 x 8 K16 steps; operands one step ahead")
-    e(4, f"nqa = qa + {8 * RC} if it + 1 < ns else qa")
-    e(4, f"nka = ka + {8 * TILE_KEYS} if it + 1 < ns else ka")
-    for ii in range(8):
+    e(3, "it = np.int32(0)" if loop32 else "it = 0")
+    e(3, f"while {'lt32(it, ns)' if loop32 else 'it < ns'}:         # {16 // SS} x {SS} K16 steps; "
+         "operands one step ahead")
+    more = "lt32(add32(it, 1), ns)" if loop32 else "it + 1 < ns"
+    e(4, f"nqa = qa + {SS * RC} if {more} else qa")
+    e(4, f"nka = ka + {SS * TILE_KEYS} if {more} else ka")
+    for ii in range(SS):
         st = (ii + 1) % 2
-        qa_n = f"qa + {(ii + 1) * RC}" if ii < 7 else "nqa"
-        ka_n = f"ka + {(ii + 1) * TILE_KEYS}" if ii < 7 else "nka"
+        qa_n = f"qa + {(ii + 1) * RC}" if ii < SS - 1 else "nqa"
+        ka_n = f"ka + {(ii + 1) * TILE_KEYS}" if ii < SS - 1 else "nka"
         e(4, f"q{st}_0, q{st}_1, q{st}_2, q{st}_3 = lds4(sm, {qa_n})")
         e(4, f"k{st}_0, k{st}_1, k{st}_2, k{st}_3 = lds4(sm, {ka_n})")
         emit_fma16(e, 4, "u", f"q{ii % 2}_", f"k{ii % 2}_")
     e(4, "qa = nqa")
     e(4, "ka = nka")
-    e(4, "it += 1")
+    e(4, "it = add32(it, 1)" if loop32 else "it += 1")
     e(3, f"_store_u16(sm, {UV} + sl * {U_SL} + 4 * srg * {U_RS} + 4 * kg, u)")
     e(2, "cuda.syncthreads()                               # S1")
 
@@ -390,21 +400,34 @@ def _source(VEC):
     e(3, "ha = hb")
     e(3, "v0_0, v0_1, v0_2, v0_3 = lds4(sm, va)")
     e(3, "h0_0, h0_1, h0_2, h0_3 = lds4(sm, ha)")
-    e(3, "it = 0")
-    e(3, "while it < npv:                 # 8 x 8 keys: (half, hi / lo, 8 keys); operands one key ahead")
-    e(4, "nx = it + 1 if it + 1 < npv else it")
-    e(4, f"nva = vb + (nx >> 2) * {16 * VRS} + (nx & 1) * {8 * VRS}")
-    e(4, f"nha = (lb if ((nx >> 1) & 1) != 0 else hb) + (nx >> 2) * {16 * HRS} + (nx & 1) * {8 * HRS}")
-    for jj in range(8):
+    e(3, "it = np.int32(0)" if loop32 else "it = 0")
+    e(3, f"while {'lt32(it, npv)' if loop32 else 'it < npv'}:       # {4 * G} x {PK} keys: (half, "
+         f"hi / lo, {PK} keys); operands one key ahead")
+    if loop32:
+        e(4, "nx = add32(it, 1) if lt32(add32(it, 1), npv) else it")
+        for name, stride in (("dv", VRS), ("dh", HRS)):
+            step = f"mul32(shr32(nx, {lg + 1}), {16 * stride})"
+            if G > 1:
+                step = f"add32({step}, mul32(and32(nx, {G - 1}), {PK * stride}))"
+            e(4, f"{name} = {step}")
+        e(4, "nva = vb + dv")
+        e(4, f"nha = (lb if and32(shr32(nx, {lg}), 1) != 0 else hb) + dh")
+    else:
+        e(4, "nx = it + 1 if it + 1 < npv else it")
+        g_v = f" + (nx & {G - 1}) * {PK * VRS}" if G > 1 else ""
+        g_h = f" + (nx & {G - 1}) * {PK * HRS}" if G > 1 else ""
+        e(4, f"nva = vb + (nx >> {lg + 1}) * {16 * VRS}{g_v}")
+        e(4, f"nha = (lb if ((nx >> {lg}) & 1) != 0 else hb) + (nx >> {lg + 1}) * {16 * HRS}{g_h}")
+    for jj in range(PK):
         st = (jj + 1) % 2
-        va_n = f"va + {(jj + 1) * VRS}" if jj < 7 else "nva"
-        ha_n = f"ha + {(jj + 1) * HRS}" if jj < 7 else "nha"
+        va_n = f"va + {(jj + 1) * VRS}" if jj < PK - 1 else "nva"
+        ha_n = f"ha + {(jj + 1) * HRS}" if jj < PK - 1 else "nha"
         e(4, f"v{st}_0, v{st}_1, v{st}_2, v{st}_3 = lds4(sm, {va_n})")
         e(4, f"h{st}_0, h{st}_1, h{st}_2, h{st}_3 = lds4(sm, {ha_n})")
         emit_fma16(e, 4, "t", f"h{jj % 2}_", f"v{jj % 2}_")
     e(4, "va = nva")
     e(4, "ha = nha")
-    e(4, "it += 1")
+    e(4, "it = add32(it, 1)" if loop32 else "it += 1")
     e(2, "else:")
     e(3, "# a boundary tile with a NaN code in V: frozen's V = 0 for keys a row does not see")
     e(3, f"sa = {SEEN} + 4 * prg")
@@ -443,9 +466,12 @@ def _source(VEC):
 exec_source(_helpers_source(), "<dflash2_numba.attention.tiled_wide helpers>", globals())
 
 
-def _make_split_kernel(VEC):
+def _make_split_kernel(VEC, **options):
+    """The split kernel's Python function (``options``: :func:`_source`'s schedule options)."""
     ns = dict(globals())
-    exec_source(_source(VEC), f"<dflash2_numba.attention.tiled_wide split {'vec' if VEC else 'bytes'}>", ns)
+    tag = " ".join(f"{k}={v}" for k, v in sorted(options.items()))
+    exec_source(_source(VEC, **options),
+                f"<dflash2_numba.attention.tiled_wide split {'vec' if VEC else 'bytes'} {tag}>", ns)
     return ns["split_kernel"]
 
 
