@@ -150,15 +150,21 @@ def test_unsupported_shape_is_refused():
 def test_nan_cache_byte_same_bytes_as_frozen(which, variant):
     """A NaN code (0x7F / 0xFF) in K or V: in a boundary tile (seen by some rows only, the
     masked PV path) and inside a tile every row sees (the unmasked path)."""
-    rng = np.random.default_rng(31)
+    _assert_same(_nan_case(31, 64, which, ((43, 7, 0x7F), (10, 3, 0xFF))), 2, variant)
+
+
+def _nan_case(seed, D, which, codes):
+    """Rows of 40, 40, 45 and 70 keys (a boundary tile at keys 32..63) with the E4M3 NaN
+    codes ``codes`` ((key, column, byte)...) written into ``which`` cache."""
+    rng = np.random.default_rng(seed)
     rows = np.array([[40, 40, 45, 70]], np.int32)
-    c = case(rng, B=1, Q=4, Hq=2, Hkv=1, D=64, page_size=16, seq_lens=[70], strided=False,
+    c = case(rng, B=1, Q=4, Hq=2, Hkv=1, D=D, page_size=16, seq_lens=[70], strided=False,
              row_lengths=rows)
     cache = c[which].copy()
     bt = c["block_table"][0]
-    for key, col, code in ((43, 7, 0x7F), (10, 3, 0xFF)):
+    for key, col, code in codes:
         cache[bt[key // 16], key % 16, 0, col] = code
-    _assert_same(dict(c, **{which: cache}), 2, variant)
+    return dict(c, **{which: cache})
 
 
 # tiled_wide is built for the production head dim only: its own cases, all at D = 256
@@ -193,15 +199,7 @@ def test_tiled_wide_nan_codes_and_byte_path(which, monkeypatch):
     sees, through the byte path (forced) and the 16-byte path."""
     from dflash2_numba.attention import tiled
 
-    rng = np.random.default_rng(32)
-    rows = np.array([[40, 40, 45, 70]], np.int32)
-    c = case(rng, B=1, Q=4, Hq=2, Hkv=1, D=256, page_size=16, seq_lens=[70], strided=False,
-             row_lengths=rows)
-    cache = c[which].copy()
-    bt = c["block_table"][0]
-    for key, col, code in ((43, 200, 0x7F), (10, 3, 0xFF)):
-        cache[bt[key // 16], key % 16, 0, col] = code
-    c = dict(c, **{which: cache})
+    c = _nan_case(32, 256, which, ((43, 200, 0x7F), (10, 3, 0xFF)))
     _assert_same(c, 2, "tiled_wide")
     monkeypatch.setattr(tiled, "_u32_view", lambda arr: None)
     _assert_same(c, 2, "tiled_wide")

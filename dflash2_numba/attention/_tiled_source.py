@@ -31,11 +31,22 @@ def exec_source(src, filename, ns):
     exec(compile(src, filename, "exec"), ns)
 
 
-def emit_head(e, D, after_smem=(), after_roles=()):
+def emit_head(e, D, after_smem=(), after_roles=(), roles=None):
     """``def split_kernel(...)``, the CTA's split / request / KV head / row group and tile
-    range, the shared buffer, then ``after_smem``, the score / softmax / PV thread roles and
-    ``after_roles``."""
+    range, the shared buffer, then ``after_smem``, the score / softmax / PV thread roles
+    (``roles``: lines that define them; default the 128-thread roles of ``tiled`` and
+    ``tiled_compact``) and ``after_roles``."""
     CGN = D // 4
+    if roles is None:
+        roles = [
+            "kg = (lane & 1) | (((lane >> 2) & 3) << 1)     # score role: keys 4kg..4kg+3",
+            "srg = (lane >> 1) & 1                           # rows 8srg..8srg+7",
+            "sb = lane >> 4                                  # slice parity",
+            "r = tid >> 3                                    # softmax role: row r,",
+            "kq = tid & 7                                    # keys kq + 8m",
+            f"prg = tid // {CGN}                            # PV role: rows 8prg..8prg+7,",
+            f"pcg = tid - prg * {CGN}                       # columns 4pcg..4pcg+3",
+        ]
     e(0, "def split_kernel(q, k_cache, v_cache, block_table, seq_lens, row_lengths, use_rows,")
     e(0, "                 page_size, splits, qk_scale, v_scale, partial, lse):")
     for line in [
@@ -50,23 +61,17 @@ def emit_head(e, D, after_smem=(), after_roles=()):
         "sm = cuda.shared.array(0, _SMEM_DT, SHARED_ALIGN)",
         *after_smem,
         "lane = tid & 31", "warp = tid >> 5",
-        "kg = (lane & 1) | (((lane >> 2) & 3) << 1)     # score role: keys 4kg..4kg+3",
-        "srg = (lane >> 1) & 1                           # rows 8srg..8srg+7",
-        "sb = lane >> 4                                  # slice parity",
-        "r = tid >> 3                                    # softmax role: row r,",
-        "kq = tid & 7                                    # keys kq + 8m",
-        f"prg = tid // {CGN}                            # PV role: rows 8prg..8prg+7,",
-        f"pcg = tid - prg * {CGN}                       # columns 4pcg..4pcg+3",
+        *roles,
         *after_roles,
     ]:
         e(1, line)
 
 
-def emit_q_and_lengths(e, D, L):
-    """q * 2^112 into shared memory, this thread's row length, the CTA's shortest row, the
-    NaN flags cleared, and the running (m, l)."""
+def emit_q_and_lengths(e, D, L, nt=NT):
+    """q * 2^112 into shared memory (``nt`` threads), this thread's row length, the CTA's
+    shortest row, the NaN flags cleared, and the running (m, l)."""
     e(1, "# ---- q * 2^112 into shared memory (rows past G*Q: zeros) ----")
-    e(1, f"for idx in range(tid, {RC * D}, {NT}):")
+    e(1, f"for idx in range(tid, {RC * D}, {nt}):")
     e(2, f"rr = idx // {D}")
     e(2, f"i = idx - rr * {D}")
     e(2, "gr = rg * 16 + rr")
@@ -136,11 +141,22 @@ def emit_tile_max(e, L, xrs):
     e(2, "mnew = max(m_run, tmax)")
 
 
-def emit_tree_update(e, L):
-    """Phase C2: pairwise-tree levels 3-5 and the (m, l, alpha) update."""
-    e(2, "# ---- C2: tree levels 3-5 and the (m, l) update ----")
-    e(2, f"e0, e1, e2, e3 = lds4(sm, {L['T2']} + r * 8)")
-    e(2, f"e4, e5, e6, e7 = lds4(sm, {L['T2']} + r * 8 + 4)")
+def emit_tree_update(e, L, level1=False):
+    """Phase C2: pairwise-tree levels 3-5 and the (m, l, alpha) update. ``level1``: shared
+    memory holds the tree's first level (``L['T1']``, 16 per row, p_j + p_(j+16)) and its
+    second, frozen's (p_j + p_(j+16)) + (p_(j+8) + p_(j+24)), is formed here; else it holds
+    the second (``L['T2']``, 8 per row)."""
+    if level1:
+        e(2, "# ---- C2: tree levels 2-5 and the (m, l) update ----")
+        for g in range(4):
+            e(2, f"f{4 * g}, f{4 * g + 1}, f{4 * g + 2}, f{4 * g + 3} = "
+                 f"lds4(sm, {L['T1']} + r * 16{f' + {4 * g}' if g else ''})")
+        for j in range(8):
+            e(2, f"e{j} = f{j} + f{j + 8}                    # frozen's (p_j + p_j+16) + (p_j+8 + p_j+24)")
+    else:
+        e(2, "# ---- C2: tree levels 3-5 and the (m, l) update ----")
+        e(2, f"e0, e1, e2, e3 = lds4(sm, {L['T2']} + r * 8)")
+        e(2, f"e4, e5, e6, e7 = lds4(sm, {L['T2']} + r * 8 + 4)")
     e(2, "tsum = ((e0 + e4) + (e2 + e6)) + ((e1 + e5) + (e3 + e7))")
     e(2, "alpha = F32_ONE")
     e(2, "if tsum > F32_ZERO:")
@@ -180,6 +196,121 @@ def emit_record(e, L, last_o_update):
     e(2, "lse[b, s, tt, hh, 1] = l_run")
 
 
+def emit_cache_load(e, ind, vec, arr, n, cache, off):
+    """Chunk n of ``arr`` (4 words) from the cache at byte offset ``off``: one 16-byte load
+    (``vec``) or four 4-byte loads; zeros where ``off`` is -1."""
+    words = ", ".join(f"{arr}[{4 * n + m}]" for m in range(4))
+    e(ind, f"if {off} >= 0:")
+    if vec:
+        e(ind + 1, f"{words} = ldg4_at({cache}, {off})")
+    else:
+        for m in range(4):
+            e(ind + 1, f"{arr}[{4 * n + m}] = ldb4_at({cache}, {off} + {4 * m})")
+    e(ind, "else:")
+    e(ind + 1, "; ".join(f"{arr}[{4 * n + m}] = U0" for m in range(4)))
+
+
+def emit_chunk_offsets(e, ind, n, key):
+    """kof/vof of chunk n, whose key is ``key``: -1 unless key < T and its block-table
+    column and page id are valid; a division, so only on the first tile and where a chunk
+    may cross a page."""
+    e(ind, f"kof{n} = -1")
+    e(ind, f"vof{n} = -1")
+    e(ind, f"jn = {key}")
+    e(ind, "if jn < T:")
+    e(ind + 1, "pcol = jn // page_size")
+    e(ind + 1, "if pcol < W:")
+    e(ind + 2, "pg = block_table[b, pcol]")
+    e(ind + 2, "if pg >= 0 and pg < num_pages:")
+    e(ind + 3, "pslot = jn - pcol * page_size")
+    e(ind + 3, f"kof{n} = pg * ks0 + pslot * ks1 + k_head")
+    e(ind + 3, f"vof{n} = pg * vs0 + pslot * vs1 + v_head")
+
+
+def emit_offsets_advance(e, nch, kstep, tile_keys):
+    """Inside ``if tile < last:`` (the caller's line): each of the ``nch`` chunks' offsets one
+    tile on, by one add while the thread's first chunk slot shows that none crossed a page,
+    else recomputed from the block table."""
+    e(3, f"slot0 += {tile_keys}")
+    e(3, f"if slot0 + {kstep * (nch - 1)} < page_size:     # no chunk crossed a page: one add each")
+    e(4, f"rem = T - key0 - {tile_keys}                 # next tile: key lk0 + {kstep}n < T iff < rem")
+    for n in range(nch):
+        e(4, f"if lk0 + {kstep * n} >= rem:")
+        e(5, f"kof{n} = -1")
+        e(5, f"vof{n} = -1")
+        e(4, f"elif kof{n} >= 0:")
+        e(5, f"kof{n} += k_tile")
+        e(5, f"vof{n} += v_tile")
+    e(3, "else:                                            # recompute from the block table")
+    e(4, f"j0 = key0 + {tile_keys} + lk0")
+    e(4, "slot0 = j0 - (j0 // page_size) * page_size")
+    for n in range(nch):
+        emit_chunk_offsets(e, 4, n, f"j0 + {kstep * n}")
+
+
+def emit_pv_next(e, ind, loop32, G, PK, vrs, hrs):
+    """The PV loop's next operand addresses ``nva`` / ``nha`` (iteration ``nx``: half,
+    hi / lo pass, group of ``PK`` keys; ``G`` groups a pass), in numba's 64-bit integers or
+    (``loop32``) in 32-bit ones."""
+    lg = G.bit_length() - 1
+    if loop32:
+        e(ind, "nx = add32(it, 1) if lt32(add32(it, 1), npv) else it")
+        for name, stride in (("dv", vrs), ("dh", hrs)):
+            step = f"mul32(shr32(nx, {lg + 1}), {16 * stride})"
+            if G > 1:
+                step = f"add32({step}, mul32(and32(nx, {G - 1}), {PK * stride}))"
+            e(ind, f"{name} = {step}")
+        e(ind, "nva = vb + dv")
+        e(ind, f"nha = (lb if and32(shr32(nx, {lg}), 1) != 0 else hb) + dh")
+    else:
+        e(ind, "nx = it + 1 if it + 1 < npv else it")
+        g_v = f" + (nx & {G - 1}) * {PK * vrs}" if G > 1 else ""
+        g_h = f" + (nx & {G - 1}) * {PK * hrs}" if G > 1 else ""
+        e(ind, f"nva = vb + (nx >> {lg + 1}) * {16 * vrs}{g_v}")
+        e(ind, f"nha = (lb if ((nx >> {lg}) & 1) != 0 else hb) + (nx >> {lg + 1}) * {16 * hrs}{g_h}")
+
+
+def emit_row_tile_helpers(e, rows, names):
+    """Device functions for a ``rows`` x 4 register tile (``@_devfn``, constant indices):
+    ``names`` maps "masked" (one PV key of frozen's boundary tiles: a key the row does not
+    see contributes V = 0), "o_update" (O = fma(O, alpha, T)), "zero" (the tile's
+    accumulators to 0) and "store_u" (the tile's slice sums into shared memory, row stride
+    ``U_RS``) to the function names."""
+    R, C4 = range(rows), range(4)
+
+    def quads(prefix, addr):
+        for g in range(rows // 4):
+            names_ = ", ".join(f"{prefix}{4 * g + i}" for i in C4)
+            e(1, f"{names_} = lds4(sm, {addr}{f' + {4 * g}' if g else ''})")
+
+    e(0, "@_devfn")
+    e(0, f"def {names['masked']}(sm, va, ha, sa, jf, t):")
+    e(1, "# frozen's boundary tiles: a key the row does not see contributes V = 0")
+    e(1, "v0, v1, v2, v3 = lds4(sm, va)")
+    quads("h", "ha")
+    quads("s", "sa")
+    for rr in R:
+        for cc in C4:
+            e(1, f"t[{4 * rr + cc}] = cuda.fma(h{rr}, v{cc} if jf < s{rr} else F32_ZERO, t[{4 * rr + cc}])")
+    e(0, "")
+    e(0, "@_devfn")
+    e(0, f"def {names['o_update']}(sm, aa, o, t):")
+    quads("h", "aa")
+    for rr in R:
+        for cc in C4:
+            e(1, f"o[{4 * rr + cc}] = cuda.fma(o[{4 * rr + cc}], h{rr}, t[{4 * rr + cc}])")
+    e(0, "")
+    e(0, "@_devfn")
+    e(0, f"def {names['zero']}(a):")
+    for x in range(4 * rows):
+        e(1, f"a[{x}] = F32_ZERO")
+    e(0, "")
+    e(0, "@_devfn")
+    e(0, f"def {names['store_u']}(sm, ub, u):")
+    for rr in R:
+        e(1, f"sts4(sm, ub + {rr} * U_RS, u[{4 * rr}], u[{4 * rr + 1}], u[{4 * rr + 2}], u[{4 * rr + 3}])")
+
+
 def emit_fma_tile(e, ind, acc, a, b):
     """The 8 x 4 fused steps acc[4r + c] = fma(a_r, b_c, acc[4r + c]) (``a``, ``b``: name
     prefixes of the operand registers, e.g. ``q0_`` and ``k0_``)."""
@@ -189,4 +320,6 @@ def emit_fma_tile(e, ind, acc, a, b):
 
 
 __all__ = ["NT", "RC", "Source", "exec_source", "emit_head", "emit_q_and_lengths",
-           "emit_kahan", "emit_tile_max", "emit_tree_update", "emit_record", "emit_fma_tile"]
+           "emit_kahan", "emit_tile_max", "emit_tree_update", "emit_record", "emit_cache_load",
+           "emit_chunk_offsets", "emit_offsets_advance", "emit_pv_next", "emit_row_tile_helpers",
+           "emit_fma_tile"]

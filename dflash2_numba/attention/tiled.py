@@ -50,7 +50,7 @@ from . import frozen
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count
 from ._tiled_ops import SHARED_ALIGN, e4m3x4, ld1, ldb4, ldg4, lds4, nan_bytes, st1, sts4
 from ._tiled_source import (NT, RC, Source, emit_head, emit_kahan, emit_q_and_lengths, emit_record,
-                            emit_tile_max, emit_tree_update, exec_source)
+                            emit_row_tile_helpers, emit_tile_max, emit_tree_update, exec_source)
 F32_ZERO = np.float32(0.0)
 F32_ONE = np.float32(1.0)
 Q_SCALE = np.float32(2.0 ** 112)     # q * 2^112 against K * 2^-120: every u is u * 2^-8
@@ -138,35 +138,8 @@ def _fn_source():
             for cc in C4:
                 e(1, f"t[{4 * rr + cc}] = cuda.fma(h{rr}, v{cc}, t[{4 * rr + cc}])")
         e(0, "")
-    e(0, "@_devfn")
-    e(0, "def _pv_masked(sm, va, ha, sa, jf, t):")
-    e(1, "# frozen's boundary tiles: a key the row does not see contributes V = 0")
-    e(1, "v0, v1, v2, v3 = lds4(sm, va)")
-    e(1, "h0, h1, h2, h3 = lds4(sm, ha)")
-    e(1, "h4, h5, h6, h7 = lds4(sm, ha + 4)")
-    e(1, "s0, s1, s2, s3 = lds4(sm, sa)")
-    e(1, "s4, s5, s6, s7 = lds4(sm, sa + 4)")
-    for rr in R8:
-        for cc in C4:
-            e(1, f"t[{4 * rr + cc}] = cuda.fma(h{rr}, v{cc} if jf < s{rr} else F32_ZERO, t[{4 * rr + cc}])")
-    e(0, "")
-    e(0, "@_devfn")
-    e(0, "def _o_update(sm, aa, o, t):")
-    e(1, "h0, h1, h2, h3 = lds4(sm, aa)")
-    e(1, "h4, h5, h6, h7 = lds4(sm, aa + 4)")
-    for rr in R8:
-        for cc in C4:
-            e(1, f"o[{4 * rr + cc}] = cuda.fma(o[{4 * rr + cc}], h{rr}, t[{4 * rr + cc}])")
-    e(0, "")
-    e(0, "@_devfn")
-    e(0, "def _zero32(a):")
-    for x in range(32):
-        e(1, f"a[{x}] = F32_ZERO")
-    e(0, "")
-    e(0, "@_devfn")
-    e(0, "def _store_u(sm, ub, u):")
-    for rr in R8:
-        e(1, f"sts4(sm, ub + {rr} * U_RS, u[{4 * rr}], u[{4 * rr + 1}], u[{4 * rr + 2}], u[{4 * rr + 3}])")
+    emit_row_tile_helpers(e, 8, dict(masked="_pv_masked", o_update="_o_update", zero="_zero32",
+                                     store_u="_store_u"))
     return "\n".join(out) + "\n"
 
 

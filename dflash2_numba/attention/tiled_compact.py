@@ -57,8 +57,10 @@ from ._device import active_split_count, request_keys, row_length, split_first_t
 from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1,  # noqa: F401
                          ldb4_at, ldg4_at, lds4, lt32, mul32, nan_bytes, opaque32, shr32, st1,
                          sts4)
-from ._tiled_source import (NT, RC, Source, emit_fma_tile, emit_head, emit_kahan, emit_q_and_lengths,
-                            emit_record, emit_tile_max, emit_tree_update, exec_source)
+from ._tiled_source import (NT, RC, Source, emit_cache_load, emit_chunk_offsets, emit_fma_tile,
+                            emit_head, emit_kahan, emit_offsets_advance, emit_pv_next,
+                            emit_q_and_lengths, emit_record, emit_tile_max, emit_tree_update,
+                            exec_source)
 from .tiled import (_SMEM_DT, F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, Q_SCALE, U0, U_RS,  # noqa: F401
                     U_UNSCALE, _o_update, _pv_masked, _store_u, _zero32)
 
@@ -195,31 +197,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
         e(ind, f"h{st}_4, h{st}_5, h{st}_6, h{st}_7 = lds4(sm, {ha} + 4)")
 
     def load(ind, arr, n, cache, off):
-        words = ", ".join(f"{arr}[{4 * n + m}]" for m in C4)
-        e(ind, f"if {off} >= 0:")
-        if VEC:
-            e(ind + 1, f"{words} = ldg4_at({cache}, {off})")
-        else:
-            for m in C4:
-                e(ind + 1, f"{arr}[{4 * n + m}] = ldb4_at({cache}, {off} + {4 * m})")
-        e(ind, "else:")
-        e(ind + 1, "; ".join(f"{arr}[{4 * n + m}] = U0" for m in C4))
-
-    def chunk_offsets(ind, n, key):
-        """kof/vof of chunk n, whose key is ``key``: -1 unless key < T and its block-table
-        column and page id are valid; a division, so only on the first tile and where a
-        chunk may cross a page."""
-        e(ind, f"kof{n} = -1")
-        e(ind, f"vof{n} = -1")
-        e(ind, f"jn = {key}")
-        e(ind, "if jn < T:")
-        e(ind + 1, "pcol = jn // page_size")
-        e(ind + 1, "if pcol < W:")
-        e(ind + 2, "pg = block_table[b, pcol]")
-        e(ind + 2, "if pg >= 0 and pg < num_pages:")
-        e(ind + 3, "pslot = jn - pcol * page_size")
-        e(ind + 3, f"kof{n} = pg * ks0 + pslot * ks1 + k_head")
-        e(ind + 3, f"vof{n} = pg * vs0 + pslot * vs1 + v_head")
+        emit_cache_load(e, ind, VEC, arr, n, cache, off)
 
     def decode(ind, arr, n, is_v, dec=None):
         """Chunk n of ``arr`` decoded and stored: with ``dec`` given (``e4m3x4_plain`` or
@@ -320,7 +298,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     e(1, f"j0 = first * {TILE_KEYS} + lk0")
     e(1, "slot0 = j0 - (j0 // page_size) * page_size       # chunk 0's slot in its page")
     for n in range(NCH):
-        chunk_offsets(1, n, f"j0 + {KSTEP * n}")
+        emit_chunk_offsets(e, 1, n, f"j0 + {KSTEP * n}")
         load(1, "kw", n, "k_cache", f"kof{n}")
     decode_k(1, "kw")
     e(1, "_zero32(o)")
@@ -333,21 +311,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     for n in range(NCH):
         load(2, "vw", n, "v_cache", f"vof{n}")
     e(2, "if tile < last:")
-    e(3, f"slot0 += {TILE_KEYS}")
-    e(3, f"if slot0 + {KSTEP * (NCH - 1)} < page_size:     # no chunk crossed a page: one add each")
-    e(4, f"rem = T - key0 - {TILE_KEYS}                 # next tile: key lk0 + {KSTEP}n < T iff < rem")
-    for n in range(NCH):
-        e(4, f"if lk0 + {KSTEP * n} >= rem:")
-        e(5, f"kof{n} = -1")
-        e(5, f"vof{n} = -1")
-        e(4, f"elif kof{n} >= 0:")
-        e(5, f"kof{n} += k_tile")
-        e(5, f"vof{n} += v_tile")
-    e(3, "else:                                            # recompute from the block table")
-    e(4, f"j0 = key0 + {TILE_KEYS} + lk0")
-    e(4, "slot0 = j0 - (j0 // page_size) * page_size")
-    for n in range(NCH):
-        chunk_offsets(4, n, f"j0 + {KSTEP * n}")
+    emit_offsets_advance(e, NCH, KSTEP, TILE_KEYS)
     if not k_late:
         for n in range(NCH):
             load(3, "kw", n, "k_cache", f"kof{n}")
@@ -428,25 +392,10 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     for d in range(PD - 1):
         pv_loads(4, d, _plus("va", d * VRS), _plus("ha", d * HRS))
     G = 16 // PK                       # iterations per (half, hi / lo) pass
-    lg = G.bit_length() - 1
     e(4, "it = np.int32(0)" if loop32 else "it = 0")
     e(4, f"while {'lt32(it, npv)' if loop32 else 'it < npv'}:          # {4 * G} x {PK} keys: "
          f"(half, hi / lo, {PK} keys); operands {PD - 1} key(s) ahead")
-    if loop32:
-        e(5, "nx = add32(it, 1) if lt32(add32(it, 1), npv) else it")
-        for name, base, stride in (("dv", "", VRS), ("dh", "", HRS)):
-            step = f"mul32(shr32(nx, {lg + 1}), {16 * stride})"
-            if G > 1:
-                step = f"add32({step}, mul32(and32(nx, {G - 1}), {PK * stride}))"
-            e(5, f"{name} = {step}")
-        e(5, "nva = vb + dv")
-        e(5, f"nha = (lb if and32(shr32(nx, {lg}), 1) != 0 else hb) + dh")
-    else:
-        e(5, "nx = it + 1 if it + 1 < npv else it")
-        g_v = f" + (nx & {G - 1}) * {PK * VRS}" if G > 1 else ""
-        g_h = f" + (nx & {G - 1}) * {PK * HRS}" if G > 1 else ""
-        e(5, f"nva = vb + (nx >> {lg + 1}) * {16 * VRS}{g_v}")
-        e(5, f"nha = (lb if ((nx >> {lg}) & 1) != 0 else hb) + (nx >> {lg + 1}) * {16 * HRS}{g_h}")
+    emit_pv_next(e, 5, loop32, G, PK, VRS, HRS)
     for jj in range(PK):
         la = jj + PD - 1             # the key whose operands are loaded now
         if la < PK:

@@ -44,7 +44,9 @@ from . import frozen, tiled
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count  # noqa: F401
 from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1, ldb4_at,  # noqa: F401
                          ldg4_at, lds4, lt32, mul32, nan_bytes, opaque32, shr32, st1, sts4)
-from ._tiled_source import Source, emit_tile_max, exec_source
+from ._tiled_source import (Source, emit_cache_load, emit_chunk_offsets, emit_head,
+                            emit_offsets_advance, emit_pv_next, emit_q_and_lengths,
+                            emit_row_tile_helpers, emit_tile_max, emit_tree_update, exec_source)
 from .tiled import (_SMEM_DT, F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, Q_SCALE, U0,  # noqa: F401
                     U_UNSCALE, _devfn)
 
@@ -100,34 +102,8 @@ def _bits_expr(bits):
 def _helpers_source():
     """The 4 x 4 register-tile device functions (constant indices, inlined)."""
     src = Source()
-    e = src.e
-    R4 = C4 = range(4)
-    e(0, "@_devfn")
-    e(0, "def _zero16(a):")
-    for x in range(16):
-        e(1, f"a[{x}] = F32_ZERO")
-    e(0, "")
-    e(0, "@_devfn")
-    e(0, "def _store_u16(sm, ub, u):")
-    for rr in R4:
-        e(1, f"sts4(sm, ub + {rr * U_RS}, u[{4 * rr}], u[{4 * rr + 1}], u[{4 * rr + 2}], u[{4 * rr + 3}])")
-    e(0, "")
-    e(0, "@_devfn")
-    e(0, "def _o_update16(sm, aa, o, t):")
-    e(1, "h0, h1, h2, h3 = lds4(sm, aa)")
-    for rr in R4:
-        for cc in C4:
-            e(1, f"o[{4 * rr + cc}] = cuda.fma(o[{4 * rr + cc}], h{rr}, t[{4 * rr + cc}])")
-    e(0, "")
-    e(0, "@_devfn")
-    e(0, "def _pv_masked16(sm, va, ha, sa, jf, t):")
-    e(1, "# frozen's boundary tiles: a key the row does not see contributes V = 0")
-    e(1, "v0, v1, v2, v3 = lds4(sm, va)")
-    e(1, "h0, h1, h2, h3 = lds4(sm, ha)")
-    e(1, "s0, s1, s2, s3 = lds4(sm, sa)")
-    for rr in R4:
-        for cc in C4:
-            e(1, f"t[{4 * rr + cc}] = cuda.fma(h{rr}, v{cc} if jf < s{rr} else F32_ZERO, t[{4 * rr + cc}])")
+    emit_row_tile_helpers(src.e, 4, dict(masked="_pv_masked16", o_update="_o_update16",
+                                         zero="_zero16", store_u="_store_u16"))
     return src.text()
 
 
@@ -148,7 +124,6 @@ def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
         raise ValueError("score_steps and pv_keys: 8 or 16")
     SS, PK = score_steps, pv_keys
     G = 16 // PK                     # PV iterations per (half, hi / lo) pass
-    lg = G.bit_length() - 1
     D = D_WIDE
     NSL = D // 16
     NPASS = NSL // 8                 # passes of the score role: 8 warps, one slice each
@@ -162,30 +137,7 @@ def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
     e = src.e
 
     def load(ind, arr, n, cache, off):
-        words = ", ".join(f"{arr}[{4 * n + m}]" for m in C4)
-        e(ind, f"if {off} >= 0:")
-        if VEC:
-            e(ind + 1, f"{words} = ldg4_at({cache}, {off})")
-        else:
-            for m in C4:
-                e(ind + 1, f"{arr}[{4 * n + m}] = ldb4_at({cache}, {off} + {4 * m})")
-        e(ind, "else:")
-        e(ind + 1, "; ".join(f"{arr}[{4 * n + m}] = U0" for m in C4))
-
-    def chunk_offsets(ind, n, key):
-        """kof/vof of chunk n (key ``key``): -1 unless the key is < T and its block-table
-        column and page id are valid."""
-        e(ind, f"kof{n} = -1")
-        e(ind, f"vof{n} = -1")
-        e(ind, f"jn = {key}")
-        e(ind, "if jn < T:")
-        e(ind + 1, "pcol = jn // page_size")
-        e(ind + 1, "if pcol < W:")
-        e(ind + 2, "pg = block_table[b, pcol]")
-        e(ind + 2, "if pg >= 0 and pg < num_pages:")
-        e(ind + 3, "pslot = jn - pcol * page_size")
-        e(ind + 3, f"kof{n} = pg * ks0 + pslot * ks1 + k_head")
-        e(ind + 3, f"vof{n} = pg * vs0 + pslot * vs1 + v_head")
+        emit_cache_load(e, ind, VEC, arr, n, cache, off)
 
     def decode(ind, arr, is_v, flag):
         """This thread's chunks of ``arr`` into shared memory after one NaN-code test of all
@@ -204,28 +156,18 @@ def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
                             e(ind + 1, f"st1(sm, {KS} + lc * {KS_SL} + {(4 * m + k) * TILE_KEYS} + lk0 + "
                                        f"{KSTEP * n}, a{k})")
 
-    e(0, "def split_kernel(q, k_cache, v_cache, block_table, seq_lens, row_lengths, use_rows,")
-    e(0, "                 page_size, splits, qk_scale, v_scale, partial, lse):")
-    for line in [
-        "s = cuda.blockIdx.x", "bh = cuda.blockIdx.y", "rg = cuda.blockIdx.z", "tid = cuda.threadIdx.x",
-        "Q = q.shape[1]", "Hq = q.shape[2]", "num_pages = k_cache.shape[0]", "Hkv = k_cache.shape[2]",
-        "W = block_table.shape[1]", "G = Hq // Hkv", "GQ = G * Q", "b = bh // Hkv", "hk = bh - b * Hkv",
-        "T = request_keys(seq_lens, row_lengths, use_rows, b, Q)",
-        "A = active_split_count(T, splits)",
-        "if s >= A:", "    return",
-        "first = split_first_tile(T, A, s)",
-        "last = first + split_tile_count(T, A, s) - 1",
-        "sm = cuda.shared.array(0, _SMEM_DT, SHARED_ALIGN)",
+    emit_head(e, D, after_smem=[
         "zr = W >> 40                  # 0 at run time, unknown to the compiler: loop trip counts",
         f"ns = {16 // SS} + zr                   # that it cannot unroll",
         f"npv = {64 // PK} + zr",
-        "lane = tid & 31", "warp = tid >> 5",
+    ], roles=[
         "kg = lane & 7                                   # score role: keys 4kg..4kg+3,",
         "srg = lane >> 3                                 # rows 4srg..4srg+3 of slice 8ps + warp",
         "r = tid >> 4                                    # softmax role: row r,",
         "kq = tid & 15                                   # keys kq and kq + 16",
         "pcg = (lane & 7) + 8 * warp                     # PV role: columns 4pcg..4pcg+3,",
         "prg = lane >> 3                                 # rows 4prg..4prg+3",
+    ], after_roles=[
         f"lc = {_bits_expr(LC_BITS)}     # load role: 16-byte column lc",
         f"lk0 = {_bits_expr(LK_BITS)}    # of keys lk0 and lk0 + {KSTEP}",
         "ks0 = k_cache.strides[0]", "ks1 = k_cache.strides[1]",
@@ -239,41 +181,14 @@ def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
         "u = cuda.local.array(16, np.float32)",
         "o = cuda.local.array(16, np.float32)",
         "t = cuda.local.array(16, np.float32)",
-    ]:
-        e(1, line)
-
-    e(1, "# ---- q * 2^112 into shared memory (rows past G*Q: zeros) ----")
-    e(1, f"for idx in range(tid, {RC * D}, {NT}):")
-    e(2, f"rr = idx // {D}")
-    e(2, f"i = idx - rr * {D}")
-    e(2, "gr = rg * 16 + rr")
-    e(2, "val = F32_ZERO")
-    e(2, "if gr < GQ:")
-    e(3, "g = gr // Q")
-    e(3, "val = np.float32(q[b, gr - g * Q, hk * G + g, i]) * Q_SCALE")
-    e(2, f"st1(sm, {QS} + (i >> 4) * {QS_SL} + (i & 15) * {RC} + rr, val)")
-    e(1, "gr_s = rg * 16 + r")
-    e(1, "my_len = 0")
-    e(1, "if gr_s < GQ:")
-    e(2, "g_s = gr_s // Q")
-    e(2, "my_len = row_length(seq_lens, row_lengths, use_rows, b, gr_s - g_s * Q, Q)")
-    e(1, "min_len = 1 << 62                               # shortest valid row of the CTA")
-    e(1, "for rr in range(16):")
-    e(2, "gr = rg * 16 + rr")
-    e(2, "if gr < GQ:")
-    e(3, "g = gr // Q")
-    e(3, "min_len = min(min_len, row_length(seq_lens, row_lengths, use_rows, b, gr - g * Q, Q))")
-    e(1, "if tid == 0:")
-    e(2, f"st1(sm, {NANV}, F32_ZERO)")
-    e(2, f"st1(sm, {NANV} + 1, F32_ZERO)")
-    e(1, "m_run = NEG_INF")
-    e(1, "l_run = F32_ZERO")
+    ])
+    emit_q_and_lengths(e, D, L, nt=NT)
 
     e(1, "# ---- the first tile: each chunk's page, cache offsets, K loads and decode ----")
     e(1, f"j0 = first * {TILE_KEYS} + lk0")
     e(1, "slot0 = j0 - (j0 // page_size) * page_size       # chunk 0's slot in its page")
     for n in range(NCH):
-        chunk_offsets(1, n, f"j0 + {KSTEP * n}")
+        emit_chunk_offsets(e, 1, n, f"j0 + {KSTEP * n}")
         load(1, "kw", n, "k_cache", f"kof{n}")
     decode(1, "kw", False, "nf")
     e(1, "_zero16(o)")
@@ -285,21 +200,7 @@ def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
     for n in range(NCH):
         load(2, "vw", n, "v_cache", f"vof{n}")
     e(2, "if tile < last:")
-    e(3, f"slot0 += {TILE_KEYS}")
-    e(3, f"if slot0 + {KSTEP * (NCH - 1)} < page_size:     # no chunk crossed a page: one add each")
-    e(4, f"rem = T - key0 - {TILE_KEYS}                 # next tile: key lk0 + {KSTEP}n < T iff < rem")
-    for n in range(NCH):
-        e(4, f"if lk0 + {KSTEP * n} >= rem:")
-        e(5, f"kof{n} = -1")
-        e(5, f"vof{n} = -1")
-        e(4, f"elif kof{n} >= 0:")
-        e(5, f"kof{n} += k_tile")
-        e(5, f"vof{n} += v_tile")
-    e(3, "else:                                            # recompute from the block table")
-    e(4, f"j0 = key0 + {TILE_KEYS} + lk0")
-    e(4, "slot0 = j0 - (j0 // page_size) * page_size")
-    for n in range(NCH):
-        chunk_offsets(4, n, f"j0 + {KSTEP * n}")
+    emit_offsets_advance(e, NCH, KSTEP, TILE_KEYS)
 
     e(2, "# ---- A: K16 slice sums u, 4 rows x 4 keys of one slice a warp, ascending i ----")
     e(2, f"for ps in range({NPASS}):")
@@ -368,22 +269,7 @@ def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
     e(3, f"st1(sm, {NANV} + (tile & 1), F32_ONE)")
     e(2, "cuda.syncthreads()                               # S3")
 
-    e(2, "# ---- C2: tree levels 2-5 and the (m, l) update ----")
-    e(2, f"f0, f1, f2, f3 = lds4(sm, {T1} + r * 16)")
-    e(2, f"f4, f5, f6, f7 = lds4(sm, {T1} + r * 16 + 4)")
-    e(2, f"f8, f9, f10, f11 = lds4(sm, {T1} + r * 16 + 8)")
-    e(2, f"f12, f13, f14, f15 = lds4(sm, {T1} + r * 16 + 12)")
-    for j in range(8):
-        e(2, f"e{j} = f{j} + f{j + 8}                    # frozen's (p_j + p_j+16) + (p_j+8 + p_j+24)")
-    e(2, "tsum = ((e0 + e4) + (e2 + e6)) + ((e1 + e5) + (e3 + e7))")
-    e(2, "alpha = F32_ONE")
-    e(2, "if tsum > F32_ZERO:")
-    e(3, "alpha = np.float32(math.exp(max(m_run - mnew, EXP_CLAMP)))")
-    e(3, "l_run = cuda.fma(l_run, alpha, tsum)")
-    e(3, "m_run = mnew")
-    e(2, "if kq == 0:")
-    e(3, f"st1(sm, {AS} + (tile & 1) * {RC} + r, alpha)")
-    e(3, f"st1(sm, {LF} + r, l_run)")
+    emit_tree_update(e, L, level1=True)
 
     e(2, "# ---- D: K of the next tile, PV into T, then that K decoded ----")
     e(2, "if tile < last:")
@@ -403,21 +289,7 @@ def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
     e(3, "it = np.int32(0)" if loop32 else "it = 0")
     e(3, f"while {'lt32(it, npv)' if loop32 else 'it < npv'}:       # {4 * G} x {PK} keys: (half, "
          f"hi / lo, {PK} keys); operands one key ahead")
-    if loop32:
-        e(4, "nx = add32(it, 1) if lt32(add32(it, 1), npv) else it")
-        for name, stride in (("dv", VRS), ("dh", HRS)):
-            step = f"mul32(shr32(nx, {lg + 1}), {16 * stride})"
-            if G > 1:
-                step = f"add32({step}, mul32(and32(nx, {G - 1}), {PK * stride}))"
-            e(4, f"{name} = {step}")
-        e(4, "nva = vb + dv")
-        e(4, f"nha = (lb if and32(shr32(nx, {lg}), 1) != 0 else hb) + dh")
-    else:
-        e(4, "nx = it + 1 if it + 1 < npv else it")
-        g_v = f" + (nx & {G - 1}) * {PK * VRS}" if G > 1 else ""
-        g_h = f" + (nx & {G - 1}) * {PK * HRS}" if G > 1 else ""
-        e(4, f"nva = vb + (nx >> {lg + 1}) * {16 * VRS}{g_v}")
-        e(4, f"nha = (lb if ((nx >> {lg}) & 1) != 0 else hb) + (nx >> {lg + 1}) * {16 * HRS}{g_h}")
+    emit_pv_next(e, 4, loop32, G, PK, VRS, HRS)
     for jj in range(PK):
         st = (jj + 1) % 2
         va_n = f"va + {(jj + 1) * VRS}" if jj < PK - 1 else "nva"
