@@ -11,6 +11,21 @@ NT = 128                 # threads per CTA
 RC = 16                  # query rows per CTA
 
 
+def finish_layout(L, start):
+    """The shared-memory layout's common tail from offset ``start`` (float32 elements):
+    alpha [tile parity][row], l [row], the keys of the tile each row sees, the "this tile's V
+    holds a NaN code" flags [parity] and the total; every offset checked to be a multiple of
+    4 (16-byte loads and stores)."""
+    L["AS"] = start                          # alpha [tile parity][row]
+    L["LF"] = L["AS"] + 2 * RC               # l [row]
+    L["SEEN"] = L["LF"] + RC                 # keys of the tile each row sees, as float32
+    L["NANV"] = L["SEEN"] + RC               # "this tile's V holds a NaN code" [parity]
+    L["TOTAL"] = L["NANV"] + 4
+    for k, v in L.items():
+        assert v % 4 == 0, (k, v)
+    return L
+
+
 class Source:
     """Lines of Python source, four spaces per indentation level."""
 
@@ -98,34 +113,39 @@ def emit_q_and_lengths(e, D, L, nt=NT):
     e(1, "l_run = F32_ZERO")
 
 
-def emit_kahan(e, D, L, u_rs, xrs, vis_names=False, u_perm=False):
+def emit_kahan(e, D, L, u_rs, xrs, vis_names=False, u_perm=False, key_step=8, row_shift=True):
     """Phase B: Kahan over the K16 slice sums in ascending slice order, the scale, the
-    visibility; x into shared memory (row stride ``xrs``). ``vis_names``: keep each key's
-    visibility as ``vis{m}`` for a later phase. ``u_perm``: u holds key j of a row at
-    4 (j mod 8) + j div 8, so this thread's keys kq + 8m come in one 16-byte load."""
+    visibility; x into shared memory (row stride ``xrs``). The thread's keys are kq +
+    ``key_step`` m, m = 0 .. 32 / key_step - 1 (4 keys at the default 8, 2 at 16).
+    ``vis_names``: keep each key's visibility as ``vis{m}`` for a later phase. ``u_perm``: u
+    holds key j of a row at 4 (j mod 8) + j div 8, so this thread's keys kq + 8m come in one
+    16-byte load. ``row_shift``: u's rows 8..15 sit 16 floats further on (the 128-thread
+    score role's layout)."""
+    nk = 32 // key_step
     e(2, "# ---- B: Kahan across the slices in ascending order, scale, visibility ----")
-    e(2, f"ubr = {L['UV']} + r * {u_rs} + 16 * (r >> 3) + {'4 * kq' if u_perm else 'kq'}")
-    for m in range(4):
+    shift = " + 16 * (r >> 3)" if row_shift else ""
+    e(2, f"ubr = {L['UV']} + r * {u_rs}{shift} + {'4 * kq' if u_perm else 'kq'}")
+    for m in range(nk):
         e(2, f"s{m} = F32_ZERO")
         e(2, f"c{m} = F32_ZERO")
     e(2, f"for sl in range({D // 16}):")
     e(3, f"ua = ubr + sl * {L['U_SL']}")
     if u_perm:
         e(3, "us0, us1, us2, us3 = lds4(sm, ua)")
-    for m in range(4):
-        e(3, f"y{m} = {f'us{m}' if u_perm else f'ld1(sm, ua + {8 * m})'} - c{m}")
+    for m in range(nk):
+        e(3, f"y{m} = {f'us{m}' if u_perm else f'ld1(sm, ua + {key_step * m})'} - c{m}")
         e(3, f"w{m} = s{m} + y{m}")
         e(3, f"c{m} = (w{m} - s{m}) - y{m}")
         e(3, f"s{m} = w{m}")
-    for m in range(4):
-        visible = f"key0 + kq + {8 * m} < my_len"
+    for m in range(nk):
+        visible = f"key0 + kq + {key_step * m} < my_len"
         if vis_names:
             e(2, f"vis{m} = {visible}")
             visible = f"vis{m}"
         e(2, f"x{m} = NEG_INF")
         e(2, f"if {visible}:")
         e(3, f"x{m} = (s{m} * U_UNSCALE) * qk_scale")
-        e(2, f"st1(sm, {L['XS']} + r * {xrs} + kq + {8 * m}, x{m})")
+        e(2, f"st1(sm, {L['XS']} + r * {xrs} + kq + {key_step * m}, x{m})")
     e(2, "cuda.syncthreads()                               # S2")
 
 
@@ -319,7 +339,7 @@ def emit_fma_tile(e, ind, acc, a, b):
             e(ind, f"{acc}[{4 * rr + cc}] = cuda.fma({a}{rr}, {b}{cc}, {acc}[{4 * rr + cc}])")
 
 
-__all__ = ["NT", "RC", "Source", "exec_source", "emit_head", "emit_q_and_lengths",
+__all__ = ["NT", "RC", "finish_layout", "Source", "exec_source", "emit_head", "emit_q_and_lengths",
            "emit_kahan", "emit_tile_max", "emit_tree_update", "emit_record", "emit_cache_load",
            "emit_chunk_offsets", "emit_offsets_advance", "emit_pv_next", "emit_row_tile_helpers",
            "emit_fma_tile"]

@@ -50,7 +50,8 @@ from . import frozen
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count
 from ._tiled_ops import SHARED_ALIGN, e4m3x4, ld1, ldb4, ldg4, lds4, nan_bytes, st1, sts4
 from ._tiled_source import (NT, RC, Source, emit_head, emit_kahan, emit_q_and_lengths, emit_record,
-                            emit_row_tile_helpers, emit_tile_max, emit_tree_update, exec_source)
+                            emit_row_tile_helpers, emit_tile_max, emit_tree_update, exec_source,
+                            finish_layout)
 F32_ZERO = np.float32(0.0)
 F32_ONE = np.float32(1.0)
 Q_SCALE = np.float32(2.0 ** 112)     # q * 2^112 against K * 2^-120: every u is u * 2^-8
@@ -80,14 +81,7 @@ def _smem_layout(D):
     L["LS"] = L["HS"] + TILE_KEYS * RC       # lo * 2^109 [key][row]
     L["XS"] = L["LS"] + TILE_KEYS * RC       # x [row][key], row stride 36
     L["T2"] = L["XS"] + RC * 36              # pairwise-tree level 2 [row][8]
-    L["AS"] = L["T2"] + RC * 8               # alpha [tile parity][row]
-    L["LF"] = L["AS"] + 2 * RC               # l [row]
-    L["SEEN"] = L["LF"] + RC                 # keys of the tile each row sees, as float32
-    L["NANV"] = L["SEEN"] + RC               # "this tile's V holds a NaN code" [parity]
-    L["TOTAL"] = L["NANV"] + 4
-    for k, v in L.items():
-        assert v % 4 == 0, (k, v)
-    return L
+    return finish_layout(L, L["T2"] + RC * 8)
 
 
 @cuda.jit(device=True, inline="always")

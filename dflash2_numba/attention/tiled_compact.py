@@ -60,7 +60,7 @@ from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1, 
 from ._tiled_source import (NT, RC, Source, emit_cache_load, emit_chunk_offsets, emit_fma_tile,
                             emit_head, emit_kahan, emit_offsets_advance, emit_pv_next,
                             emit_q_and_lengths, emit_record, emit_tile_max, emit_tree_update,
-                            exec_source)
+                            exec_source, finish_layout)
 from .tiled import (_SMEM_DT, F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, Q_SCALE, U0, U_RS,  # noqa: F401
                     U_UNSCALE, _o_update, _pv_masked, _store_u, _zero32)
 
@@ -85,14 +85,7 @@ def _smem_layout(D, k_perm=False):
     L["LS"] = L["HS"] + TILE_KEYS * HRS      # lo * 2^109 [key][row]
     L["XS"] = L["LS"] + TILE_KEYS * HRS      # x [row][key]
     L["T2"] = L["XS"] + RC * XRS             # pairwise-tree level 2 [row][8]
-    L["AS"] = L["T2"] + RC * 8               # alpha [tile parity][row]
-    L["LF"] = L["AS"] + 2 * RC               # l [row]
-    L["SEEN"] = L["LF"] + RC                 # keys of the tile each row sees, as float32
-    L["NANV"] = L["SEEN"] + RC               # "this tile's V holds a NaN code" [parity]
-    L["TOTAL"] = L["NANV"] + 4
-    for k, v in L.items():
-        assert v % 4 == 0, (k, v)
-    return L
+    return finish_layout(L, L["T2"] + RC * 8)
 
 
 def load_role_bits(D):

@@ -45,8 +45,9 @@ from ._device import active_split_count, request_keys, row_length, split_first_t
 from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1, ldb4_at,  # noqa: F401
                          ldg4_at, lds4, lt32, mul32, nan_bytes, opaque32, shr32, st1, sts4)
 from ._tiled_source import (Source, emit_cache_load, emit_chunk_offsets, emit_head,
-                            emit_offsets_advance, emit_pv_next, emit_q_and_lengths,
-                            emit_row_tile_helpers, emit_tile_max, emit_tree_update, exec_source)
+                            emit_kahan, emit_offsets_advance, emit_pv_next, emit_q_and_lengths,
+                            emit_row_tile_helpers, emit_tile_max, emit_tree_update, exec_source,
+                            finish_layout)
 from .tiled import (_SMEM_DT, F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, Q_SCALE, U0,  # noqa: F401
                     U_UNSCALE, _devfn)
 
@@ -81,14 +82,7 @@ def smem_layout():
     L["LS"] = L["HS"] + TILE_KEYS * HRS      # lo * 2^109 [key][row]
     L["XS"] = L["LS"] + TILE_KEYS * HRS      # x [row][key]
     L["T1"] = L["XS"] + RC * XRS             # pairwise-tree level 1 [row][16]
-    L["AS"] = L["T1"] + RC * 16              # alpha [tile parity][row]
-    L["LF"] = L["AS"] + 2 * RC               # l [row]
-    L["SEEN"] = L["LF"] + RC                 # keys of the tile each row sees, as float32
-    L["NANV"] = L["SEEN"] + RC               # "this tile's V holds a NaN code" [parity]
-    L["TOTAL"] = L["NANV"] + 4
-    for k, v in L.items():
-        assert v % 4 == 0, (k, v)
-    return L
+    return finish_layout(L, L["T1"] + RC * 16)
 
 
 LC_BITS = (0, 4, 5, 6)   # load role: thread-index bits of the 16-byte column lc
@@ -229,25 +223,7 @@ def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
     e(3, f"_store_u16(sm, {UV} + sl * {U_SL} + 4 * srg * {U_RS} + 4 * kg, u)")
     e(2, "cuda.syncthreads()                               # S1")
 
-    e(2, "# ---- B: Kahan across the slices in ascending order, scale, visibility ----")
-    e(2, f"ubr = {UV} + r * {U_RS} + kq")
-    for m in range(2):
-        e(2, f"s{m} = F32_ZERO")
-        e(2, f"c{m} = F32_ZERO")
-    e(2, f"for sl in range({NSL}):")
-    e(3, f"ua = ubr + sl * {U_SL}")
-    for m in range(2):
-        e(3, f"y{m} = ld1(sm, ua + {16 * m}) - c{m}")
-        e(3, f"w{m} = s{m} + y{m}")
-        e(3, f"c{m} = (w{m} - s{m}) - y{m}")
-        e(3, f"s{m} = w{m}")
-    for m in range(2):
-        e(2, f"vis{m} = key0 + kq + {16 * m} < my_len")
-        e(2, f"x{m} = NEG_INF")
-        e(2, f"if vis{m}:")
-        e(3, f"x{m} = (s{m} * U_UNSCALE) * qk_scale")
-        e(2, f"st1(sm, {XS} + r * {XRS} + kq + {16 * m}, x{m})")
-    e(2, "cuda.syncthreads()                               # S2")
+    emit_kahan(e, D, L, U_RS, XRS, vis_names=True, key_step=16, row_shift=False)
 
     emit_tile_max(e, L, XRS)
     for m in range(2):
