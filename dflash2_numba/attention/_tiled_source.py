@@ -188,9 +188,10 @@ def emit_tree_update(e, L, level1=False):
     e(3, f"st1(sm, {L['LF']} + r, l_run)")
 
 
-def emit_record(e, L, last_o_update):
+def emit_record(e, L, last_o_update, rows=8, guarded=True):
     """After the tile loop: (``last_o_update``) the last tile's O = fma(O, alpha, T), then the
-    split's partial and lse."""
+    split's partial (each PV thread's ``rows`` x 4 tile; ``guarded``: only threads whose row
+    group ``prg`` is below 2 hold one) and lse."""
     AS, LF = L["AS"], L["LF"]
     if last_o_update:
         e(1, "# ---- the last O update and the split's record ----")
@@ -198,16 +199,18 @@ def emit_record(e, L, last_o_update):
         e(2, f"_o_update(sm, {AS} + (last & 1) * {RC} + 8 * prg, o, t)")
     else:
         e(1, "# ---- the split's record ----")
-        e(1, "if prg < 2:")
-    for rr in range(8):
-        e(2, f"gr = rg * 16 + 8 * prg + {rr}")
-        e(2, "if gr < GQ:")
-        e(3, "g = gr // Q")
-        e(3, "tt = gr - g * Q")
-        e(3, "hh = hk * G + g")
-        e(3, f"f = v_scale if ld1(sm, {LF} + 8 * prg + {rr}) > F32_ZERO else F32_ZERO")
+        if guarded:
+            e(1, "if prg < 2:")
+    ind = 2 if guarded else 1
+    for rr in range(rows):
+        e(ind, f"gr = rg * 16 + {rows} * prg + {rr}")
+        e(ind, "if gr < GQ:")
+        e(ind + 1, "g = gr // Q")
+        e(ind + 1, "tt = gr - g * Q")
+        e(ind + 1, "hh = hk * G + g")
+        e(ind + 1, f"f = v_scale if ld1(sm, {LF} + {rows} * prg + {rr}) > F32_ZERO else F32_ZERO")
         for cc in range(4):
-            e(3, f"partial[b, s, tt, hh, 4 * pcg + {cc}] = o[{4 * rr + cc}] * f")
+            e(ind + 1, f"partial[b, s, tt, hh, 4 * pcg + {cc}] = o[{4 * rr + cc}] * f")
     e(1, "if kq == 0 and gr_s < GQ:")
     e(2, "g = gr_s // Q")
     e(2, "tt = gr_s - g * Q")

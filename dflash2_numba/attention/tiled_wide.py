@@ -46,7 +46,7 @@ from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1, 
                          ldg4_at, lds4, lt32, mul32, nan_bytes, opaque32, shr32, st1, sts4)
 from ._tiled_source import (Source, emit_cache_load, emit_chunk_offsets, emit_head,
                             emit_kahan, emit_offsets_advance, emit_pv_next, emit_q_and_lengths,
-                            emit_row_tile_helpers, emit_tile_max, emit_tree_update, exec_source,
+                            emit_record, emit_row_tile_helpers, emit_tile_max, emit_tree_update, exec_source,
                             finish_layout)
 from .tiled import (_SMEM_DT, F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, Q_SCALE, U0,  # noqa: F401
                     U_UNSCALE, _devfn)
@@ -124,7 +124,7 @@ def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
     L = smem_layout()
     QS, QS_SL, KS, KS_SL, VRS = L["QS"], L["QS_SL"], L["KS"], L["KS_SL"], L["VRS"]
     UV, U_SL = L["UV"], L["U_SL"]
-    HS, LS, XS, T1, AS, LF = L["HS"], L["LS"], L["XS"], L["T1"], L["AS"], L["LF"]
+    HS, LS, T1, AS = L["HS"], L["LS"], L["T1"], L["AS"]
     SEEN, NANV = L["SEEN"], L["NANV"]
     C4 = range(4)
     src = Source()
@@ -292,22 +292,7 @@ def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
     e(2, "# ---- O = fma(O, alpha, T): this tile's alpha is visible from S4 on ----")
     e(2, f"_o_update16(sm, {AS} + (tile & 1) * {RC} + 4 * prg, o, t)")
 
-    e(1, "# ---- the split's record ----")
-    for rr in range(4):
-        e(1, f"gr = rg * 16 + 4 * prg + {rr}")
-        e(1, "if gr < GQ:")
-        e(2, "g = gr // Q")
-        e(2, "tt = gr - g * Q")
-        e(2, "hh = hk * G + g")
-        e(2, f"f = v_scale if ld1(sm, {LF} + 4 * prg + {rr}) > F32_ZERO else F32_ZERO")
-        for cc in range(4):
-            e(2, f"partial[b, s, tt, hh, 4 * pcg + {cc}] = o[{4 * rr + cc}] * f")
-    e(1, "if kq == 0 and gr_s < GQ:")
-    e(2, "g = gr_s // Q")
-    e(2, "tt = gr_s - g * Q")
-    e(2, "hh = hk * G + g")
-    e(2, "lse[b, s, tt, hh, 0] = m_run if l_run > F32_ZERO else NEG_INF")
-    e(2, "lse[b, s, tt, hh, 1] = l_run")
+    emit_record(e, L, last_o_update=False, rows=4, guarded=False)
     return src.text()
 
 
