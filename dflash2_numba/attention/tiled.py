@@ -388,9 +388,10 @@ def supports(plan: dict) -> None:
         raise UnsupportedShape("tiled: Q or G out of range")
 
 
-def _split_launch(plan):
-    """(name, kernel, grid, args) of the plan's split launch (16-byte views of the caches
-    where legal)."""
+def split_operands(plan):
+    """(D, vec, grid, args) of a register-tiled split launch (``tiled``, ``tiled_compact``,
+    ``tiled_wide``): the caches as 16-byte views where legal (``vec``), else as bytes; one
+    CTA per (split, request x KV head, group of RC query rows)."""
     B, Q, Hq, D = plan.q_shape
     Hkv = plan.k_cache.shape[2]
     G = Hq // Hkv
@@ -399,11 +400,17 @@ def _split_launch(plan):
     vec = kc is not None and vc is not None
     if not vec:
         kc, vc = plan.k_cache, plan.v_cache
-    kern = DynShared(_kernels[D, vec], _SMEM_BYTES[D])
-    groups = (G * Q + RC - 1) // RC
-    return (_split_name(D, vec), kern, (plan.splits, B * Hkv, groups),
-            (plan.q, kc, vc, plan.block_table, plan.seq_lens, plan.row_lengths, plan.use_rows,
-             plan.page_size, plan.splits, plan.qk_scale, plan.v_scale, plan.partial, plan.lse))
+    grid = (plan.splits, B * Hkv, (G * Q + RC - 1) // RC)
+    return D, vec, grid, (plan.q, kc, vc, plan.block_table, plan.seq_lens, plan.row_lengths,
+                          plan.use_rows, plan.page_size, plan.splits, plan.qk_scale,
+                          plan.v_scale, plan.partial, plan.lse)
+
+
+def _split_launch(plan):
+    """(name, kernel, grid, args) of the plan's split launch (16-byte views of the caches
+    where legal)."""
+    D, vec, grid, args = split_operands(plan)
+    return _split_name(D, vec), DynShared(_kernels[D, vec], _SMEM_BYTES[D]), grid, args
 
 
 def run(plan, stream) -> None:

@@ -468,22 +468,11 @@ def split_launch(plan, kernels=None, defer_o=None, options=None):
     jitted split kernels (default: the registered ones of the schedule ``defer_o``, itself by
     default the current device's; a measurement passes its own, and the generator
     ``options`` they were built with, which set the shared-memory size)."""
-    B, Q, Hq, D = plan.q_shape
-    Hkv = plan.k_cache.shape[2]
-    G = Hq // Hkv
-    kc = tiled._u32_view(plan.k_cache)
-    vc = tiled._u32_view(plan.v_cache) if kc is not None else None
-    vec = kc is not None and vc is not None
-    if not vec:
-        kc, vc = plan.k_cache, plan.v_cache
+    D, vec, grid, args = tiled.split_operands(plan)
     defer = defer_o_here() if defer_o is None else bool(defer_o)
     kern = kernels[D, vec] if kernels is not None else _kernels[D, vec, defer]
-    groups = (G * Q + RC - 1) // RC
     smem = _SMEM_BYTES[D] if options is None else smem_bytes(D, **options)
-    return (_split_name(D, vec, defer), DynShared(kern, smem),
-            (plan.splits, B * Hkv, groups),
-            (plan.q, kc, vc, plan.block_table, plan.seq_lens, plan.row_lengths, plan.use_rows,
-             plan.page_size, plan.splits, plan.qk_scale, plan.v_scale, plan.partial, plan.lse))
+    return _split_name(D, vec, defer), DynShared(kern, smem), grid, args
 
 
 def run(plan, stream) -> None:

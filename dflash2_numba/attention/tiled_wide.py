@@ -328,21 +328,10 @@ def supports(plan: dict) -> None:
 def split_launch(plan, kernels=None):
     """(name, kernel, grid, args) of the plan's split launch (``kernels``: vec -> jitted
     kernel, for measurements; default the registered form for the current device)."""
-    B, Q, Hq, D = plan.q_shape
-    Hkv = plan.k_cache.shape[2]
-    G = Hq // Hkv
-    kc = tiled._u32_view(plan.k_cache)
-    vc = tiled._u32_view(plan.v_cache) if kc is not None else None
-    vec = kc is not None and vc is not None
-    if not vec:
-        kc, vc = plan.k_cache, plan.v_cache
+    _, vec, grid, args = tiled.split_operands(plan)
     two = device_cc_at_least(TWO_CTA_MIN_CC)
     kern = kernels[vec] if kernels is not None else _kernels[vec, two]
-    groups = (G * Q + RC - 1) // RC
-    return (_split_name(vec, two), DynShared(kern, SMEM_BYTES),
-            (plan.splits, B * Hkv, groups),
-            (plan.q, kc, vc, plan.block_table, plan.seq_lens, plan.row_lengths, plan.use_rows,
-             plan.page_size, plan.splits, plan.qk_scale, plan.v_scale, plan.partial, plan.lse))
+    return _split_name(vec, two), DynShared(kern, SMEM_BYTES), grid, args
 
 
 def run(plan, stream) -> None:
