@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import linecache
 
+from ..contract import TILE_KEYS
+
 NT = 128                 # threads per CTA
 RC = 16                  # query rows per CTA
 
@@ -271,6 +273,50 @@ def emit_offsets_advance(e, nch, kstep, tile_keys):
         emit_chunk_offsets(e, 4, n, f"j0 + {kstep * n}")
 
 
+def emit_decode_chunk(e, ind, arr, n, is_v, geo, dec=None):
+    """Chunk n of ``arr`` (4 words of E4M3 bytes) decoded and stored into shared memory: V
+    as 16-byte stores at [key][d], K as 4-byte stores at [slice][ii][key position]. With
+    ``dec`` given (``e4m3x4_plain`` or ``e4m3x4``), by that decode alone (the caller has
+    tested the words); else the chunk's own NaN test picks it (and, for V, ORs it into
+    ``vnan``). ``geo``: the layout's UV, VRS, KS, KS_SL, the tile-key step KSTEP between a
+    thread's chunks, and ``kpos(n)``, the source of chunk n's key position in K's rows."""
+    C4 = range(4)
+    ws = [f"{arr}[{4 * n + m}]" for m in C4]
+    if dec is None:
+        e(ind, "nf = " + " | ".join(f"nan_bytes({w})" for w in ws))
+        if is_v:
+            e(ind, "vnan |= nf")
+    for m in C4:
+        e(ind, f"a{4 * m}, a{4 * m + 1}, a{4 * m + 2}, a{4 * m + 3} = {dec or 'e4m3x4_plain'}({ws[m]})")
+    if dec is None:
+        e(ind, "if nf != U0:                                 # a NaN code: the patched decode")
+        for m in C4:
+            e(ind + 1, f"a{4 * m}, a{4 * m + 1}, a{4 * m + 2}, a{4 * m + 3} = e4m3x4({ws[m]})")
+    if is_v:
+        for m in C4:
+            e(ind, f"sts4(sm, {geo['UV']} + (lk0 + {geo['KSTEP'] * n}) * {geo['VRS']} + 16 * lc + {4 * m}, "
+                   f"a{4 * m}, a{4 * m + 1}, a{4 * m + 2}, a{4 * m + 3})")
+    else:
+        for m in C4:
+            for k in C4:
+                e(ind, f"st1(sm, {geo['KS']} + lc * {geo['KS_SL']} + {(4 * m + k) * TILE_KEYS} + {geo['kpos'](n)}, "
+                       f"a{4 * m + k})")
+
+
+def emit_decode_once(e, ind, arr, is_v, flag, geo):
+    """All of this thread's ``geo['NCH']`` chunks of ``arr`` after one NaN test of all their
+    words (``flag``: its result), read through ``opaque32`` so that the compiler keeps it one
+    branch: each way one straight decode path (:func:`emit_decode_chunk`)."""
+    nch = geo["NCH"]
+    e(ind, f"{flag} = " + " | ".join(f"nan_bytes({arr}[{i}])" for i in range(4 * nch)))
+    e(ind, f"if opaque32({flag}) == U0:              # (one branch: see opaque32)")
+    for n in range(nch):
+        emit_decode_chunk(e, ind + 1, arr, n, is_v, geo, dec="e4m3x4_plain")
+    e(ind, "else:                                        # a NaN code: the patched decode")
+    for n in range(nch):
+        emit_decode_chunk(e, ind + 1, arr, n, is_v, geo, dec="e4m3x4")
+
+
 def emit_pv_next(e, ind, loop32, G, PK, vrs, hrs):
     """The PV loop's next operand addresses ``nva`` / ``nha`` (iteration ``nx``: half,
     hi / lo pass, group of ``PK`` keys; ``G`` groups a pass), in numba's 64-bit integers or
@@ -344,5 +390,6 @@ def emit_fma_tile(e, ind, acc, a, b):
 
 __all__ = ["NT", "RC", "finish_layout", "Source", "exec_source", "emit_head", "emit_q_and_lengths",
            "emit_kahan", "emit_tile_max", "emit_tree_update", "emit_record", "emit_cache_load",
-           "emit_chunk_offsets", "emit_offsets_advance", "emit_pv_next", "emit_row_tile_helpers",
+           "emit_chunk_offsets", "emit_decode_chunk", "emit_decode_once", "emit_offsets_advance",
+           "emit_pv_next", "emit_row_tile_helpers",
            "emit_fma_tile"]

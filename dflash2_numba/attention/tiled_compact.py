@@ -57,8 +57,8 @@ from ._device import active_split_count, request_keys, row_length, split_first_t
 from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1,  # noqa: F401
                          ldb4_at, ldg4_at, lds4, lt32, mul32, nan_bytes, opaque32, shr32, st1,
                          sts4)
-from ._tiled_source import (NT, RC, Source, emit_cache_load, emit_chunk_offsets, emit_fma_tile,
-                            emit_head, emit_kahan, emit_offsets_advance, emit_pv_next,
+from ._tiled_source import (NT, RC, Source, emit_cache_load, emit_chunk_offsets,
+                            emit_decode_chunk, emit_decode_once, emit_fma_tile, emit_head, emit_kahan, emit_offsets_advance, emit_pv_next,
                             emit_q_and_lengths, emit_record, emit_tile_max, emit_tree_update,
                             exec_source, finish_layout)
 from .tiled import (_SMEM_DT, F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, Q_SCALE, U0, U_RS,  # noqa: F401
@@ -192,42 +192,14 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     def load(ind, arr, n, cache, off):
         emit_cache_load(e, ind, VEC, arr, n, cache, off)
 
-    def decode(ind, arr, n, is_v, dec=None):
-        """Chunk n of ``arr`` decoded and stored: with ``dec`` given (``e4m3x4_plain`` or
-        ``e4m3x4``), by that decode alone (the caller has tested the words); else the
-        chunk's own NaN test picks it."""
-        ws = [f"{arr}[{4 * n + m}]" for m in C4]
-        if dec is None:
-            e(ind, "nf = " + " | ".join(f"nan_bytes({w})" for w in ws))
-            if is_v:
-                e(ind, "vnan |= nf")
-        for m in C4:
-            e(ind, f"a{4 * m}, a{4 * m + 1}, a{4 * m + 2}, a{4 * m + 3} = {dec or 'e4m3x4_plain'}({ws[m]})")
-        if dec is None:
-            e(ind, "if nf != U0:                                 # a NaN code: the patched decode")
-            for m in C4:
-                e(ind + 1, f"a{4 * m}, a{4 * m + 1}, a{4 * m + 2}, a{4 * m + 3} = e4m3x4({ws[m]})")
-        if is_v:
-            for m in C4:
-                e(ind, f"sts4(sm, {UV} + (lk0 + {KSTEP * n}) * {VRS} + 16 * lc + {4 * m}, "
-                       f"a{4 * m}, a{4 * m + 1}, a{4 * m + 2}, a{4 * m + 3})")
-        else:
-            kpos = f"kp{n}" if k_perm else f"lk0 + {KSTEP * n}"
-            for m in C4:
-                for k in C4:
-                    e(ind, f"st1(sm, {KS} + lc * {KS_SL} + {(4 * m + k) * TILE_KEYS} + {kpos}, "
-                           f"a{4 * m + k})")
+    geo = dict(UV=UV, VRS=VRS, KS=KS, KS_SL=KS_SL, KSTEP=KSTEP, NCH=NCH,
+               kpos=(lambda n: f"kp{n}") if k_perm else (lambda n: f"lk0 + {KSTEP * n}"))
+
+    def decode(ind, arr, n, is_v):
+        emit_decode_chunk(e, ind, arr, n, is_v, geo)
 
     def decode_once(ind, arr, is_v, flag):
-        """All of this thread's chunks of ``arr`` after one NaN test of all their words
-        (``flag``: the test's result), each decoded on one straight path."""
-        e(ind, f"{flag} = " + " | ".join(f"nan_bytes({arr}[{i}])" for i in range(4 * NCH)))
-        e(ind, f"if opaque32({flag}) == U0:              # (one branch: see opaque32)")
-        for n in range(NCH):
-            decode(ind + 1, arr, n, is_v, dec="e4m3x4_plain")
-        e(ind, "else:                                        # a NaN code: the patched decode")
-        for n in range(NCH):
-            decode(ind + 1, arr, n, is_v, dec="e4m3x4")
+        emit_decode_once(e, ind, arr, is_v, flag, geo)
 
     def decode_v(ind, arr):
         """V of a tile into shared memory; ``vnan``: nonzero when one of its words holds a

@@ -44,7 +44,7 @@ from . import frozen, tiled
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count  # noqa: F401
 from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1, ldb4_at,  # noqa: F401
                          ldg4_at, lds4, lt32, mul32, nan_bytes, opaque32, shr32, st1, sts4)
-from ._tiled_source import (Source, emit_cache_load, emit_chunk_offsets, emit_head,
+from ._tiled_source import (Source, emit_cache_load, emit_chunk_offsets, emit_decode_once, emit_head,
                             emit_kahan, emit_offsets_advance, emit_pv_next, emit_q_and_lengths,
                             emit_record, emit_row_tile_helpers, emit_tile_max, emit_tree_update, exec_source,
                             finish_layout)
@@ -126,29 +126,19 @@ def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
     UV, U_SL = L["UV"], L["U_SL"]
     HS, LS, T1, AS = L["HS"], L["LS"], L["T1"], L["AS"]
     SEEN, NANV = L["SEEN"], L["NANV"]
-    C4 = range(4)
     src = Source()
     e = src.e
 
     def load(ind, arr, n, cache, off):
         emit_cache_load(e, ind, VEC, arr, n, cache, off)
 
+    geo = dict(UV=UV, VRS=VRS, KS=KS, KS_SL=KS_SL, KSTEP=KSTEP, NCH=NCH,
+               kpos=lambda n: f"lk0 + {KSTEP * n}")
+
     def decode(ind, arr, is_v, flag):
         """This thread's chunks of ``arr`` into shared memory after one NaN-code test of all
         their words (``flag``: its result); one straight path each way."""
-        e(ind, f"{flag} = " + " | ".join(f"nan_bytes({arr}[{i}])" for i in range(4 * NCH)))
-        for cond, dec in ((f"opaque32({flag}) == U0", "e4m3x4_plain"), (None, "e4m3x4")):
-            e(ind, f"if {cond}:" if cond else "else:                                    # a NaN code")
-            for n in range(NCH):
-                for m in C4:
-                    e(ind + 1, f"a0, a1, a2, a3 = {dec}({arr}[{4 * n + m}])")
-                    if is_v:
-                        e(ind + 1, f"sts4(sm, {UV} + (lk0 + {KSTEP * n}) * {VRS} + 16 * lc + {4 * m}, "
-                                   "a0, a1, a2, a3)")
-                    else:
-                        for k in C4:
-                            e(ind + 1, f"st1(sm, {KS} + lc * {KS_SL} + {(4 * m + k) * TILE_KEYS} + lk0 + "
-                                       f"{KSTEP * n}, a{k})")
+        emit_decode_once(e, ind, arr, is_v, flag, geo)
 
     emit_head(e, D, after_smem=[
         "zr = W >> 40                  # 0 at run time, unknown to the compiler: loop trip counts",
