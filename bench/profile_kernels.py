@@ -419,7 +419,7 @@ def _attn_plan(variant, ctx=261888, splits=80):
 
 
 # tiled_compact generator options that are on / off (the others are counts)
-ATTN_FLAG_OPTIONS = ("defer_o", "k_late", "pv_pairs", "k_perm", "loop32", "nan_once")
+ATTN_FLAG_OPTIONS = ("defer_o", "k_late", "pv_pairs", "k_perm", "loop32", "nan_once", "u_pack")
 
 
 def _ab_split_launch(target, plan, opts):
@@ -431,7 +431,7 @@ def _ab_split_launch(target, plan, opts):
 
     if target == "tiled_wide":
         kern = jit_bounded(TW._make_split_kernel(True, **opts), TW.LAUNCH_BOUNDS)
-        _, dyn, grid, kargs = TW.split_launch(plan, {True: kern})
+        _, dyn, grid, kargs = TW.split_launch(plan, {True: kern}, options=opts)
         return (lambda: dyn[grid, TW.NT, 0](*kargs)), TW.NT
     kern = cuda.jit(TC._make_split_kernel(256, True, **opts))
     _, dyn, grid, kargs = TC.split_launch(plan, {(256, True): kern}, options=opts)
@@ -442,8 +442,8 @@ def mode_attn_ab(args):
     """The split kernel of ``--attn-ab-variant`` (``tiled_compact`` or ``tiled_wide``) built
     with each ``--attn-options`` entry (schedule options of its generator, same bits;
     tiled_compact: ``defer_o``, ``score_steps``, ``pv_keys``, ``score_depth``, ``pv_depth``,
-    ``k_late``, ``pv_pairs``, ``k_perm``, ``loop32``, ``nan_once``; tiled_wide:
-    ``score_steps``, ``pv_keys``, ``loop32``): partial and lse compared byte for byte with
+    ``k_late``, ``pv_pairs``, ``k_perm``, ``loop32``, ``nan_once``, ``u_pack``; tiled_wide:
+    ``score_steps``, ``pv_keys``, ``loop32``, ``u_pack``): partial and lse compared byte for byte with
     the registered ``tiled_compact`` kernel's (frozen's bytes) after sentinel fill, then
     CUDA-event medians in interleaved rounds."""
     target = args.attn_ab_variant

@@ -155,7 +155,7 @@ def test_permuted_k_layout_is_conflict_free_at_d256():
 
 @pytest.mark.parametrize("D", [64, 128, 256])
 def test_shared_layout_fits_two_ctas_on_an_h200(D):
-    nbytes = TC._SMEM_BYTES[D]
+    nbytes = TC._SMEM_BYTES[D, True]
     assert nbytes == 4 * TC._smem_layout(D)["TOTAL"]
     assert 2 * (nbytes + 1024) <= 228 * 1024
     assert 2 * (TC.smem_bytes(D, k_perm=True) + 1024) <= 228 * 1024
@@ -203,7 +203,7 @@ def test_sm70_schedule_keeps_the_bytes_and_routes():
     assert ws.guards_intact()
 
 
-@pytest.mark.parametrize("variant, n_split", [("tiled_compact", 12), ("tiled_wide", 4)])
+@pytest.mark.parametrize("variant, n_split", [("tiled", 12), ("tiled_compact", 12), ("tiled_wide", 4)])
 def test_each_target_compiles_one_schedule(variant, n_split):
     """Each split kernel has one form per target: the ``.sm70`` ones below compute
     capability 8.0, the others from 8.0 on (the PTX report compiles each where it runs)."""

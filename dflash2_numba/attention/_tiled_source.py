@@ -13,6 +13,33 @@ NT = 128                 # threads per CTA
 RC = 16                  # query rows per CTA
 
 
+U_PACK_RS = 32           # packed u: a row of one slice's 32 key sums, no padding (``u_pack``)
+
+
+def u_slice_floats(u_pack, u_rs, row_pad=0):
+    """Floats of one slice of the u scratch [slice][row][key]: RC rows of ``u_rs`` (plus
+    ``row_pad`` after them), or, packed, RC rows of 32 with each row's keys rotated (the
+    forms that must fit a V100's 96 KB a CTA at D = 256)."""
+    return RC * U_PACK_RS if u_pack else RC * u_rs + row_pad
+
+
+def u_rot_128(row):
+    """Source of the packed u layout's rotation of row ``row`` for the 128-thread score and
+    softmax roles (``tiled``, ``tiled_compact``): 8 (r mod 4) + 16 (r div 8). A softmax warp's
+    four rows (one r div 8) then read 32 distinct banks; a score thread's 16-byte stores,
+    8 lanes a phase (4 key groups x the two row groups of one row index), 8 distinct bank
+    groups."""
+    return f"8 * (({row}) & 3) + 16 * (({row}) >> 3)"
+
+
+def u_pack_store_columns(rot, row, periods):
+    """Source lines defining ``uc0 .. uc{periods - 1}``: the packed u column of a score
+    thread's first key (4 kg) in its tile row ``row(q)`` (source, q = 0 .. periods - 1); the
+    thread's rows rr with rr mod ``periods`` = q share it (``rot`` keeps that true)."""
+    return [f"uc{q} = (4 * kg + {rot(row(q))}) & 31            # packed u: rows rr = {q} mod {periods}"
+            for q in range(periods)]
+
+
 def finish_layout(L, start):
     """The shared-memory layout's common tail from offset ``start`` (float32 elements):
     alpha [tile parity][row], l [row], the keys of the tile each row sees, the "this tile's V
@@ -115,18 +142,28 @@ def emit_q_and_lengths(e, D, L, nt=NT):
     e(1, "l_run = F32_ZERO")
 
 
-def emit_kahan(e, D, L, u_rs, xrs, vis_names=False, u_perm=False, key_step=8, row_shift=True):
+def emit_kahan(e, D, L, u_rs, xrs, vis_names=False, u_perm=False, key_step=8, row_shift=True,
+               u_rot=None):
     """Phase B: Kahan over the K16 slice sums in ascending slice order, the scale, the
     visibility; x into shared memory (row stride ``xrs``). The thread's keys are kq +
     ``key_step`` m, m = 0 .. 32 / key_step - 1 (4 keys at the default 8, 2 at 16).
     ``vis_names``: keep each key's visibility as ``vis{m}`` for a later phase. ``u_perm``: u
     holds key j of a row at 4 (j mod 8) + j div 8, so this thread's keys kq + 8m come in one
     16-byte load. ``row_shift``: u's rows 8..15 sit 16 floats further on (the 128-thread
-    score role's layout)."""
+    score role's layout). ``u_rot``: the packed u layout (:data:`U_PACK_RS`, the layouts'
+    ``u_pack``): rows of 32 floats, key j of row r at (j + rot(r)) mod 32, ``u_rot`` the
+    source of rot(r) (a multiple of ``key_step``; ``u_rs`` and ``row_shift`` unused)."""
     nk = 32 // key_step
     e(2, "# ---- B: Kahan across the slices in ascending order, scale, visibility ----")
-    shift = " + 16 * (r >> 3)" if row_shift else ""
-    e(2, f"ubr = {L['UV']} + r * {u_rs}{shift} + {'4 * kq' if u_perm else 'kq'}")
+    if u_rot is not None:
+        assert not u_perm, "u_rot: the packed layout holds keys in their own order"
+        e(2, f"ubr = {L['UV']} + r * {U_PACK_RS}")
+        e(2, f"urot = ({u_rot}) & 31                  # packed u: row r rotated by urot keys")
+        for m in range(nk):
+            e(2, f"uo{m} = kq + (({key_step * m} + urot) & 31)")
+    else:
+        shift = " + 16 * (r >> 3)" if row_shift else ""
+        e(2, f"ubr = {L['UV']} + r * {u_rs}{shift} + {'4 * kq' if u_perm else 'kq'}")
     for m in range(nk):
         e(2, f"s{m} = F32_ZERO")
         e(2, f"c{m} = F32_ZERO")
@@ -135,7 +172,10 @@ def emit_kahan(e, D, L, u_rs, xrs, vis_names=False, u_perm=False, key_step=8, ro
     if u_perm:
         e(3, "us0, us1, us2, us3 = lds4(sm, ua)")
     for m in range(nk):
-        e(3, f"y{m} = {f'us{m}' if u_perm else f'ld1(sm, ua + {key_step * m})'} - c{m}")
+        if u_rot is not None:
+            e(3, f"y{m} = ld1(sm, ua + uo{m}) - c{m}")
+        else:
+            e(3, f"y{m} = {f'us{m}' if u_perm else f'ld1(sm, ua + {key_step * m})'} - c{m}")
         e(3, f"w{m} = s{m} + y{m}")
         e(3, f"c{m} = (w{m} - s{m}) - y{m}")
         e(3, f"s{m} = w{m}")
@@ -344,7 +384,9 @@ def emit_row_tile_helpers(e, rows, names):
     ``names`` maps "masked" (one PV key of frozen's boundary tiles: a key the row does not
     see contributes V = 0), "o_update" (O = fma(O, alpha, T)), "zero" (the tile's
     accumulators to 0) and "store_u" (the tile's slice sums into shared memory, row stride
-    ``U_RS``) to the function names."""
+    ``U_RS``) to the function names; optionally "store_u_rot" (the same sums into the packed
+    u layout: row rr at ``ub + 32 rr + uc(rr mod rows / 2)``, the columns from
+    :func:`u_pack_store_columns`)."""
     R, C4 = range(rows), range(4)
 
     def quads(prefix, addr):
@@ -378,6 +420,16 @@ def emit_row_tile_helpers(e, rows, names):
     e(0, f"def {names['store_u']}(sm, ub, u):")
     for rr in R:
         e(1, f"sts4(sm, ub + {rr} * U_RS, u[{4 * rr}], u[{4 * rr + 1}], u[{4 * rr + 2}], u[{4 * rr + 3}])")
+    if "store_u_rot" in names:
+        P = rows // 2
+        cols = ", ".join(f"uc{x}" for x in range(P))
+        e(0, "")
+        e(0, "@_devfn")
+        e(0, f"def {names['store_u_rot']}(sm, ub, {cols}, u):")
+        e(1, f"# packed u: the tile's row rr at ub + {U_PACK_RS} rr + uc(rr mod {P})")
+        for rr in R:
+            e(1, f"sts4(sm, ub + {rr * U_PACK_RS} + uc{rr % P}, u[{4 * rr}], u[{4 * rr + 1}], "
+                 f"u[{4 * rr + 2}], u[{4 * rr + 3}])")
 
 
 def emit_fma_tile(e, ind, acc, a, b):
@@ -388,7 +440,7 @@ def emit_fma_tile(e, ind, acc, a, b):
             e(ind, f"{acc}[{4 * rr + cc}] = cuda.fma({a}{rr}, {b}{cc}, {acc}[{4 * rr + cc}])")
 
 
-__all__ = ["NT", "RC", "finish_layout", "Source", "exec_source", "emit_head", "emit_q_and_lengths",
+__all__ = ["NT", "RC", "U_PACK_RS", "u_slice_floats", "u_rot_128", "u_pack_store_columns", "finish_layout", "Source", "exec_source", "emit_head", "emit_q_and_lengths",
            "emit_kahan", "emit_tile_max", "emit_tree_update", "emit_record", "emit_cache_load",
            "emit_chunk_offsets", "emit_decode_chunk", "emit_decode_once", "emit_offsets_advance",
            "emit_pv_next", "emit_row_tile_helpers",

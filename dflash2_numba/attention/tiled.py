@@ -32,6 +32,10 @@ What changes (the schedule only; all parallelism is across independent scalars):
     O = fma(O, alpha, T) is applied at the start of the next tile (or after the last).
   * 4 block barriers per 32-key tile; shared memory is dynamic, 98,832 bytes at D = 256
     (two CTAs per SM on an H200; the kernel raises its dynamic shared-memory limit once).
+    Below compute capability 8.0 the kernels (names ending ``.sm70``) keep the slice sums u
+    packed (rows of 32 floats, each row's keys rotated so the stores and the Kahan reads
+    still hit distinct banks): 89,616 bytes, inside a V100's 96 KB a CTA. A plan on a device
+    whose opt-in limit is below its form's size is refused before any launch.
   * Register work is written out by a small source generator (device functions with
     constant indices, inlined by NVVM), so nothing lands in local memory.
 """
@@ -42,16 +46,17 @@ import math
 import numpy as np
 from numba import types
 
-from .._compat import SIMULATOR, cuda
-from .._dynshared import DynShared
+from .._compat import SIMULATOR, cuda, device_cc_at_least
+from .._dynshared import DynShared, max_dynamic_shared
 from .._registry import KernelSpec, UnsupportedShape, Variant, launch, register
 from ..contract import EXP_CLAMP, MAX_GROUP, MAX_Q, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
 from . import frozen
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count
 from ._tiled_ops import SHARED_ALIGN, e4m3x4, ld1, ldb4, ldg4, lds4, nan_bytes, st1, sts4
-from ._tiled_source import (NT, RC, Source, emit_head, emit_kahan, emit_q_and_lengths, emit_record,
-                            emit_row_tile_helpers, emit_tile_max, emit_tree_update, exec_source,
-                            finish_layout)
+from ._tiled_source import (NT, RC, U_PACK_RS, Source, emit_head, emit_kahan, emit_q_and_lengths,
+                            emit_record, emit_row_tile_helpers, emit_tile_max, emit_tree_update,
+                            exec_source, finish_layout, u_pack_store_columns, u_rot_128,
+                            u_slice_floats)
 F32_ZERO = np.float32(0.0)
 F32_ONE = np.float32(1.0)
 Q_SCALE = np.float32(2.0 ** 112)     # q * 2^112 against K * 2^-120: every u is u * 2^-8
@@ -65,16 +70,18 @@ _SMEM_DT = np.dtype(np.float32) if SIMULATOR else np.float32   # the simulator w
 U_RS = 40                            # row stride of the u scratch (conflict-free Kahan reads)
 
 
-def _smem_layout(D):
-    """Offsets (in float32 elements) into the dynamic shared buffer; all multiples of 4."""
+def _smem_layout(D, u_pack=False):
+    """Offsets (in float32 elements) into the dynamic shared buffer; all multiples of 4.
+    ``u_pack``: the u scratch packed (rows of 32, keys rotated per row), the sm_70 form's
+    layout: 89,616 instead of 98,832 bytes at D = 256, inside a V100's 96 KB a CTA."""
     NSL = D // 16
     L = {}
     L["QS_SL"] = 16 * RC + 4                 # q * 2^112 [slice][ii][row]
     L["QS"] = 0
     L["KS_SL"] = 16 * TILE_KEYS + 4          # K * 2^-120 [slice][ii][key]
     L["KS"] = L["QS"] + NSL * L["QS_SL"]
-    L["U_RS"] = U_RS                         # u [slice][row][key]; rows >= 8 shifted by 16
-    L["U_SL"] = RC * L["U_RS"] + 16
+    L["U_RS"] = U_PACK_RS if u_pack else U_RS   # u [slice][row][key]; rows >= 8 shifted by 16
+    L["U_SL"] = u_slice_floats(u_pack, U_RS, 16)    # (packed: rotated instead)
     L["UV"] = L["KS"] + NSL * L["KS_SL"]     # u, then V * 2^-120 [key][d] (same space)
     uv = max(NSL * L["U_SL"], TILE_KEYS * D)
     L["HS"] = L["UV"] + uv                   # hi * 2^120 [key][row]
@@ -133,23 +140,24 @@ def _fn_source():
                 e(1, f"t[{4 * rr + cc}] = cuda.fma(h{rr}, v{cc}, t[{4 * rr + cc}])")
         e(0, "")
     emit_row_tile_helpers(e, 8, dict(masked="_pv_masked", o_update="_o_update", zero="_zero32",
-                                     store_u="_store_u"))
+                                     store_u="_store_u", store_u_rot="_store_u_rot"))
     return "\n".join(out) + "\n"
 
 
-def _source(D, prefetch=True):
+def _source(D, prefetch=True, u_pack=False):
     """Python source of the split kernel for head dim D (constant loop bounds and shared
     memory offsets substituted; register work goes through the device functions above).
     ``prefetch`` (the 16-byte path): issue the tile's global loads before the score phase
     and keep each half's 16 V rows in registers for the lo pass. The byte path loads a word
-    where it is decoded and reloads V for the lo pass, to stay clear of spills."""
+    where it is decoded and reloads V for the lo pass, to stay clear of spills. ``u_pack``:
+    the packed u layout (the sm_70 form; same values at other addresses)."""
     NSL = D // 16
     NPASS = (NSL + 7) // 8
     CPK = D // 16                    # 16-byte chunks per key row
     NCH = (TILE_KEYS * CPK) // NT    # chunks per thread per tile (D / 64)
     KSTEP = NT // CPK                # tile-key step between a thread's chunks
     CGN = D // 4                     # PV column groups
-    L = _smem_layout(D)
+    L = _smem_layout(D, u_pack)
     QS, QS_SL, KS, KS_SL = L["QS"], L["QS_SL"], L["KS"], L["KS_SL"]
     UV, U_RS, U_SL = L["UV"], L["U_RS"], L["U_SL"]
     HS, LS, XS, T2, AS, LF = L["HS"], L["LS"], L["XS"], L["T2"], L["AS"], L["LF"]
@@ -189,6 +197,7 @@ def _source(D, prefetch=True):
         "o = cuda.local.array(32, np.float32)",
         "t = cuda.local.array(32, np.float32)",
         "vr = cuda.local.array(64, np.float32)",
+        *(u_pack_store_columns(u_rot_128, lambda q: f"8 * srg + {q}", 4) if u_pack else []),
     ])
     emit_q_and_lengths(e, D, L)
     e(1, "# ---- the first tile: chunk pages, K loads and decode ----")
@@ -235,10 +244,13 @@ def _source(D, prefetch=True):
     e(4, f"kb = {KS} + sl * {KS_SL} + 4 * kg")
     for ii in range(16):
         e(4, f"_score_step(sm, qb + {ii * RC}, kb + {ii * TILE_KEYS}, u)")
-    e(4, f"_store_u(sm, {UV} + sl * {U_SL} + 16 * srg + 4 * kg + 8 * srg * {U_RS}, u)")
+    if u_pack:
+        e(4, f"_store_u_rot(sm, {UV} + sl * {U_SL} + {8 * U_PACK_RS} * srg, uc0, uc1, uc2, uc3, u)")
+    else:
+        e(4, f"_store_u(sm, {UV} + sl * {U_SL} + 16 * srg + 4 * kg + 8 * srg * {U_RS}, u)")
     e(2, "cuda.syncthreads()                               # S1")
 
-    emit_kahan(e, D, L, U_RS, 36)
+    emit_kahan(e, D, L, U_RS, 36, u_rot=u_rot_128("r") if u_pack else None)
 
     emit_tile_max(e, L, 36)
     for m in C4:
@@ -342,23 +354,30 @@ def _source(D, prefetch=True):
 exec_source(_fn_source(), "<dflash2_numba.attention.tiled device functions>", globals())
 
 
-def _make_split_kernel(D, VEC):
+def _make_split_kernel(D, VEC, u_pack=False):
     ns = dict(globals())
     ns["load_chunk"] = _load_chunk_vec if VEC else _load_chunk_bytes
     ns["load_word"] = _load_word_bytes
-    exec_source(_source(D, prefetch=VEC),
-                f"<dflash2_numba.attention.tiled split D={D} {'vec' if VEC else 'bytes'}>", ns)
+    exec_source(_source(D, prefetch=VEC, u_pack=u_pack),
+                f"<dflash2_numba.attention.tiled split D={D} {'vec' if VEC else 'bytes'}"
+                f"{' u_pack' if u_pack else ''}>", ns)
     return ns["split_kernel"]
 
 
-_SMEM_BYTES = {D: 4 * _smem_layout(D)["TOTAL"] for D in (64, 128, 256)}
+# Two layouts of the same kernel, one per target: from compute capability 8.0 on the u
+# scratch is padded (98,832 B at D = 256, the layout measured on the H200); below it
+# packed (89,616 B), because a V100 gives a CTA at most 96 KB.
+PACKED_BELOW_CC = (8, 0)
+_SMEM_BYTES = {(D, packed): 4 * _smem_layout(D, packed)["TOTAL"]
+               for D in (64, 128, 256) for packed in (False, True)}
 _kernels = {}
 _pyfuncs = {}
 for _D in (64, 128, 256):
     for _vec in (True, False):
-        _f = _make_split_kernel(_D, _vec)
-        _pyfuncs[_D, _vec] = _f
-        _kernels[_D, _vec] = cuda.jit(_f)
+        for _packed in (False, True):
+            _f = _make_split_kernel(_D, _vec, u_pack=_packed)
+            _pyfuncs[_D, _vec, _packed] = _f
+            _kernels[_D, _vec, _packed] = cuda.jit(_f)
 
 
 def _u32_view(arr):
@@ -381,11 +400,18 @@ def _u32_view(arr):
                          dtype=np.dtype(np.uint32), stream=arr.stream, gpu_data=arr.gpu_data)
 
 
-def supports(plan: dict) -> None:
+def check_rows(plan: dict, variant: str) -> None:
+    """The register-tiled variants' shape limits: head dim 64 / 128 / 256, Q and G within
+    the contract's range."""
     if plan["D"] not in (64, 128, 256):
-        raise UnsupportedShape(f"tiled: head dim {plan['D']} not in 64/128/256")
+        raise UnsupportedShape(f"{variant}: head dim {plan['D']} not in 64/128/256")
     if plan["Q"] > MAX_Q or plan["Hq"] // plan["Hkv"] > MAX_GROUP:
-        raise UnsupportedShape("tiled: Q or G out of range")
+        raise UnsupportedShape(f"{variant}: Q or G out of range")
+
+
+def supports(plan: dict) -> None:
+    check_rows(plan, "tiled")
+    check_shared_fits("tiled", _SMEM_BYTES[plan["D"], packed_here()])
 
 
 def split_operands(plan):
@@ -406,11 +432,13 @@ def split_operands(plan):
                           plan.v_scale, plan.partial, plan.lse)
 
 
-def _split_launch(plan):
+def _split_launch(plan, packed=None):
     """(name, kernel, grid, args) of the plan's split launch (16-byte views of the caches
-    where legal)."""
+    where legal); ``packed``: the form (default the current device's)."""
     D, vec, grid, args = split_operands(plan)
-    return _split_name(D, vec), DynShared(_kernels[D, vec], _SMEM_BYTES[D]), grid, args
+    packed = packed_here() if packed is None else bool(packed)
+    return (_split_name(D, vec, packed), DynShared(_kernels[D, vec, packed], _SMEM_BYTES[D, packed]),
+            grid, args)
 
 
 def run(plan, stream) -> None:
@@ -419,8 +447,29 @@ def run(plan, stream) -> None:
     frozen.launch_combine(plan, stream, "attention.tiled.combine")
 
 
-def _split_name(D, vec):
-    return f"attention.tiled.split.d{D}" + ("" if vec else ".bytes")
+def _split_name(D, vec, packed=False):
+    return f"attention.tiled.split.d{D}" + ("" if vec else ".bytes") + (".sm70" if packed else "")
+
+
+def packed_here() -> bool:
+    """Whether the current device gets the packed-u (sm_70) form: below compute capability
+    8.0 (the simulator runs the H200's form)."""
+    return not device_cc_at_least(PACKED_BELOW_CC)
+
+
+def check_shared_fits(variant, nbytes):
+    """UnsupportedShape when ``nbytes`` of dynamic shared memory a CTA is more than the
+    current device lets a kernel opt in to (at plan time, before any launch). The simulator
+    has no such limit (it runs the H200's forms)."""
+    limit = shared_limit()
+    if limit is not None and nbytes > limit:
+        raise UnsupportedShape(f"{variant}: the split kernel needs {nbytes} B of shared memory "
+                               f"a CTA; this device allows {limit} B")
+
+
+def shared_limit():
+    """The current device's dynamic shared-memory opt-in limit a CTA, or None (simulator)."""
+    return None if SIMULATOR else max_dynamic_shared()
 
 
 def _signatures():
@@ -448,9 +497,11 @@ VARIANT = register(Variant(
                 "(row, column) PV tiles in registers; frozen's combine",
     contract="A (q8 verification attention), bit-identical to frozen",
     kernels=tuple(
-        KernelSpec(_split_name(D, vec), _pyfuncs[D, vec],
-                   ((_sig_vec if vec else _sig_byte),))
-        for D in (256, 128, 64) for vec in (True, False)
+        KernelSpec(_split_name(D, vec, packed), _pyfuncs[D, vec, packed],
+                   ((_sig_vec if vec else _sig_byte),),
+                   min_cc=(0, 0) if packed else PACKED_BELOW_CC,
+                   max_cc=(PACKED_BELOW_CC[0] - 1, 99) if packed else (99, 99))
+        for packed in (False, True) for D in (256, 128, 64) for vec in (True, False)
     ) + (KernelSpec("attention.tiled.combine", frozen.combine_kernel.py_func,
                     frozen._combine_sigs),),
     run=run,

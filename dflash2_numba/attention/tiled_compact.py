@@ -40,7 +40,11 @@ What differs from ``tiled`` (the schedule and the memory layout only):
 Two schedules, one per target (same arithmetic, same bytes): from compute capability 8.0 on
 (the H200, and the simulator) O = fma(O, alpha, T) is deferred to the next tile's PV as in
 ``tiled``; the sm_70 form (kernel names ending ``.sm70``) applies it right after the tile's
-last barrier, because ptxas spills the deferred form at D = 256 for sm_70.
+last barrier, because ptxas spills the deferred form at D = 256 for sm_70, and keeps the
+slice sums u packed (rows of 32 floats, each row's keys rotated: ``_source``'s ``u_pack``),
+which brings its dynamic shared memory at D = 256 from 100,112 to 91,408 bytes, inside a
+V100's 96 KB a CTA. A plan on a device whose opt-in limit is below its form's size is
+refused before any launch.
 """
 from __future__ import annotations
 
@@ -57,28 +61,31 @@ from ._device import active_split_count, request_keys, row_length, split_first_t
 from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1,  # noqa: F401
                          ldb4_at, ldg4_at, lds4, lt32, mul32, nan_bytes, opaque32, shr32, st1,
                          sts4)
-from ._tiled_source import (NT, RC, Source, emit_cache_load, emit_chunk_offsets,
+from ._tiled_source import (NT, RC, U_PACK_RS, Source, emit_cache_load, emit_chunk_offsets,
                             emit_decode_chunk, emit_decode_once, emit_fma_tile, emit_head, emit_kahan, emit_offsets_advance, emit_pv_next,
                             emit_q_and_lengths, emit_record, emit_tile_max, emit_tree_update,
-                            exec_source, finish_layout)
+                            exec_source, finish_layout, u_pack_store_columns, u_rot_128,
+                            u_slice_floats)
 from .tiled import (_SMEM_DT, F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, Q_SCALE, U0, U_RS,  # noqa: F401
-                    U_UNSCALE, _o_update, _pv_masked, _store_u, _zero32)
+                    U_UNSCALE, _o_update, _pv_masked, _store_u, _store_u_rot, _zero32)
 
 HRS = 20                 # hi / lo: key stride (16 rows + 4): conflict-free stores
 XRS = 40                 # x: row stride (32 keys + 8): conflict-free stores
 
 
-def _smem_layout(D, k_perm=False):
+def _smem_layout(D, k_perm=False, u_pack=False):
     """Offsets (in float32 elements) into the dynamic shared buffer; all multiples of 4.
     ``k_perm`` (``_source``'s option): K's slice stride padded by 16 instead of 4, which
-    makes its 16-byte decode stores conflict-free."""
+    makes its 16-byte decode stores conflict-free. ``u_pack``: the u scratch packed (rows of
+    32, keys rotated per row; the sm_70 form's layout, 91,408 instead of 100,112 bytes at
+    D = 256: a V100 gives a CTA at most 96 KB)."""
     NSL = D // 16
     L = {"VRS": D + 4}                       # V row stride: 8-lane phases hit 8 bank groups
     L["QS_SL"] = 16 * RC + 4                 # q * 2^112 [slice][ii][row]
     L["QS"] = 0
     L["KS_SL"] = 16 * TILE_KEYS + (16 if k_perm else 4)   # K * 2^-120 [slice][ii][key]
     L["KS"] = L["QS"] + NSL * L["QS_SL"]
-    L["U_SL"] = RC * U_RS + 16               # u [slice][row][key]; rows >= 8 shifted by 16
+    L["U_SL"] = u_slice_floats(u_pack, U_RS, 16)   # u [slice][row][key]; rows >= 8 shifted by 16
     L["UV"] = L["KS"] + NSL * L["KS_SL"]     # u, then V * 2^-120 [key][d] (same space)
     uv = max(NSL * L["U_SL"], TILE_KEYS * L["VRS"])
     L["HS"] = L["UV"] + uv                   # hi * 2^120 [key][row]
@@ -123,7 +130,8 @@ def _pv_pair_roles(D, pv_pairs):
 
 
 def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_depth=2,
-            k_late=False, pv_pairs=False, k_perm=False, loop32=False, nan_once=False):
+            k_late=False, pv_pairs=False, k_perm=False, loop32=False, nan_once=False,
+            u_pack=False):
     """Python source of the split kernel for head dim D; ``VEC``: 16-byte cache loads (else
     four 4-byte loads per chunk). Both share every other line. ``defer_o`` (a schedule
     option, same bits): apply O = fma(O, alpha, T) at the start of the next tile's PV, as
@@ -151,7 +159,10 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     next-operand offsets in 32-bit arithmetic (``add32`` etc.) instead of numba's 64-bit.
     ``nan_once``: one NaN-code test over all of a thread's V words (and K words) of a tile,
     then one straight decode path for all its chunks, instead of a test and a patch branch
-    per chunk (which the compiler splits into one per word).
+    per chunk (which the compiler splits into one per word). ``u_pack``: the slice sums u in
+    rows of 32 floats with row r's keys rotated by 8 (r mod 4) + 16 (r div 8) (still one
+    bank each for the Kahan reads and the 16-byte stores), not in padded rows: the
+    registered sm_70 form's layout (not with ``k_perm``).
     Which products are formed and in what order does not change."""
     if score_steps not in (4, 8, 16) or pv_keys not in (4, 8, 16):
         raise ValueError("score_steps and pv_keys: 4, 8 or 16 (an even divisor of 16)")
@@ -159,6 +170,8 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
         raise ValueError("score_depth: 2 or 4, a divisor of score_steps")
     if pv_depth not in (2, 4) or pv_keys % pv_depth:
         raise ValueError("pv_depth: 2 or 4, a divisor of pv_keys")
+    if u_pack and k_perm:
+        raise ValueError("u_pack and k_perm: one layout of u or the other")
     SS, PK, SD, PD = score_steps, pv_keys, score_depth, pv_depth
     NSL = D // 16
     NPASS = (NSL + 7) // 8
@@ -166,7 +179,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     NCH = (TILE_KEYS * CPK) // NT    # chunks per thread per tile (D / 64)
     KSTEP = NT // CPK                # tile-key step between a thread's chunks
     CGN = D // 4                     # PV column groups
-    L = _smem_layout(D, k_perm)
+    L = _smem_layout(D, k_perm, u_pack)
     QS, QS_SL, KS, KS_SL, VRS = L["QS"], L["QS_SL"], L["KS"], L["KS_SL"], L["VRS"]
     KVEC = k_perm and NCH == 4 and KSTEP == 8      # D = 256: a thread's chunks are adjacent
     UV, U_SL = L["UV"], L["U_SL"]
@@ -257,6 +270,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
         "u = cuda.local.array(32, np.float32)",
         "o = cuda.local.array(32, np.float32)",
         "t = cuda.local.array(32, np.float32)",
+        *(u_pack_store_columns(u_rot_128, lambda q: f"8 * srg + {q}", 4) if u_pack else []),
     ])
     emit_q_and_lengths(e, D, L)
     e(1, "# ---- the first tile: each chunk's page, cache offsets, K loads and decode ----")
@@ -306,10 +320,14 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     e(5, "qa = nqa")
     e(5, "ka = nka")
     e(5, "it = add32(it, 1)" if loop32 else "it += 1")
-    e(4, f"_store_u(sm, {UV} + sl * {U_SL} + 16 * srg + 4 * kg + 8 * srg * U_RS, u)")
+    if u_pack:
+        e(4, f"_store_u_rot(sm, {UV} + sl * {U_SL} + {8 * U_PACK_RS} * srg, uc0, uc1, uc2, uc3, u)")
+    else:
+        e(4, f"_store_u(sm, {UV} + sl * {U_SL} + 16 * srg + 4 * kg + 8 * srg * U_RS, u)")
     e(2, "cuda.syncthreads()                               # S1")
 
-    emit_kahan(e, D, L, "U_RS", XRS, vis_names=True, u_perm=k_perm)
+    emit_kahan(e, D, L, "U_RS", XRS, vis_names=True, u_perm=k_perm,
+               u_rot=u_rot_128("r") if u_pack else None)
 
     emit_tile_max(e, L, XRS)
     for m in C4:
@@ -403,23 +421,26 @@ def _make_split_kernel(D, VEC, **options):
     return ns["split_kernel"]
 
 
-_SMEM_BYTES = {D: 4 * _smem_layout(D)["TOTAL"] for D in (64, 128, 256)}
-
-
-def smem_bytes(D, k_perm=False, **_schedule):
+def smem_bytes(D, k_perm=False, u_pack=False, **_schedule):
     """Dynamic shared memory of a split kernel built with ``_source``'s options."""
-    return 4 * _smem_layout(D, k_perm)["TOTAL"]
+    return 4 * _smem_layout(D, k_perm, u_pack)["TOTAL"]
+
+
+# the registered forms' bytes: (D, defer_o) -> bytes; the sm_70 form (defer_o False) packs u
+_SMEM_BYTES = {(D, defer): smem_bytes(D, u_pack=not defer) for D in (64, 128, 256)
+               for defer in (True, False)}
 # Two schedules of the same arithmetic (``defer_o``), one per target: the deferred O update
 # (measured 1.2 % faster on the H200) for compute capability 8.0 and up; O updated after the
 # tile's last barrier for sm_70, where ptxas 12.9 spills the deferred form at D = 256 (255
-# registers, 8 B of spill stores and 76 B of loads) and not this one (254 registers).
+# registers, 8 B of spill stores and 76 B of loads) and not this one. The sm_70 form also
+# packs the u scratch (``u_pack``), so that it fits a V100's 96 KB a CTA at D = 256.
 DEFER_O_MIN_CC = (8, 0)
 _kernels = {}
 _pyfuncs = {}
 for _D in (64, 128, 256):
     for _vec in (True, False):
         for _defer in (True, False):
-            _f = _make_split_kernel(_D, _vec, defer_o=_defer)
+            _f = _make_split_kernel(_D, _vec, defer_o=_defer, u_pack=not _defer)
             _pyfuncs[_D, _vec, _defer] = _f
             _kernels[_D, _vec, _defer] = cuda.jit(_f)
 
@@ -435,6 +456,11 @@ def defer_o_here() -> bool:
     return device_cc_at_least(DEFER_O_MIN_CC)
 
 
+def supports(plan: dict) -> None:
+    tiled.check_rows(plan, "tiled_compact")
+    tiled.check_shared_fits("tiled_compact", _SMEM_BYTES[plan["D"], defer_o_here()])
+
+
 def split_launch(plan, kernels=None, defer_o=None, options=None):
     """(name, kernel, grid, args) of the plan's split launch; ``kernels`` maps (D, vec) to
     jitted split kernels (default: the registered ones of the schedule ``defer_o``, itself by
@@ -443,7 +469,7 @@ def split_launch(plan, kernels=None, defer_o=None, options=None):
     D, vec, grid, args = tiled.split_operands(plan)
     defer = defer_o_here() if defer_o is None else bool(defer_o)
     kern = kernels[D, vec] if kernels is not None else _kernels[D, vec, defer]
-    smem = _SMEM_BYTES[D] if options is None else smem_bytes(D, **options)
+    smem = _SMEM_BYTES[D, defer] if options is None else smem_bytes(D, **options)
     return _split_name(D, vec, defer), DynShared(kern, smem), grid, args
 
 
@@ -470,6 +496,6 @@ VARIANT = register(Variant(
     ) + (KernelSpec("attention.tiled_compact.combine", frozen.combine_kernel.py_func,
                     frozen._combine_sigs),),
     run=run,
-    supports=tiled.supports,
+    supports=supports,
     bitwise_reference="frozen",
 ))

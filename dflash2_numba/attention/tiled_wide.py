@@ -17,7 +17,9 @@ What differs from ``tiled_compact`` (the decomposition of the same work, nothing
   * 256 threads per (split, request, KV head, 16 query rows), launch bounds (256, 2): two
     CTAs an SM as before, so 16 warps an SM instead of 8, and 128 registers a thread (from
     compute capability 8.0 on; the sm_70 form, kernel names ending ``.sm70``, is bounded to
-    one CTA an SM, where ptxas would otherwise spill).
+    one CTA an SM, where ptxas would otherwise spill, and keeps the slice sums u packed,
+    rows of 32 floats with each row's keys rotated: 92,688 bytes of dynamic shared memory
+    instead of 108,560, inside a V100's 96 KB a CTA).
   * Score: a warp owns one K16 slice of a pass (8 slices a pass, two passes at D = 256), a
     thread 4 rows x 4 keys of it (16 accumulators); per step one 16-byte load of q and one
     of K feed 16 fused steps.
@@ -44,10 +46,11 @@ from . import frozen, tiled
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count  # noqa: F401
 from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1, ldb4_at,  # noqa: F401
                          ldg4_at, lds4, lt32, mul32, nan_bytes, opaque32, shr32, st1, sts4)
-from ._tiled_source import (Source, emit_cache_load, emit_chunk_offsets, emit_decode_once, emit_head,
-                            emit_kahan, emit_offsets_advance, emit_pv_next, emit_q_and_lengths,
-                            emit_record, emit_row_tile_helpers, emit_tile_max, emit_tree_update, exec_source,
-                            finish_layout)
+from ._tiled_source import (U_PACK_RS, Source, emit_cache_load, emit_chunk_offsets, emit_decode_once,
+                            emit_head, emit_kahan, emit_offsets_advance, emit_pv_next,
+                            emit_q_and_lengths, emit_record, emit_row_tile_helpers, emit_tile_max,
+                            emit_tree_update, exec_source, finish_layout, u_pack_store_columns,
+                            u_slice_floats)
 from .tiled import (_SMEM_DT, F32_ONE, F32_ZERO, HI_SCALE, LO_SCALE, Q_SCALE, U0,  # noqa: F401
                     U_UNSCALE, _devfn)
 
@@ -56,7 +59,7 @@ RC = 16                  # query rows per CTA
 D_WIDE = 256             # the one head dim it is built for
 LAUNCH_BOUNDS = (NT, 2)  # two CTAs an SM: 128 registers a thread
 # Below compute capability 8.0 (no uniform registers) ptxas 12.9 spills 8 bytes under the
-# 128-register cap; the sm_70 form of the same kernel is bounded to one CTA an SM instead.
+# 128-register cap; the sm_70 form of the same arithmetic is bounded to one CTA an SM instead.
 SM70_LAUNCH_BOUNDS = (NT, 1)
 TWO_CTA_MIN_CC = (8, 0)
 NCH = 2                  # 16-byte chunks of K (and of V) a thread loads per tile
@@ -66,8 +69,17 @@ XRS = 48                 # x: row stride (32 keys + 16): a warp's two rows 16 ba
 U_RS = 48                # u: row stride; two rows of a warp's Kahan loads 16 banks apart
 
 
-def smem_layout():
-    """Offsets (float32 elements) into the dynamic shared buffer; all multiples of 4."""
+def u_rot_256(row):
+    """Source of the packed u layout's rotation of row ``row`` for this kernel's roles:
+    16 (r mod 2). A softmax warp's two rows then read 32 distinct banks; a score thread's
+    16-byte stores (8 lanes a phase: the 8 key groups of one row) 8 distinct bank groups."""
+    return f"16 * (({row}) & 1)"
+
+
+def smem_layout(u_pack=False):
+    """Offsets (float32 elements) into the dynamic shared buffer; all multiples of 4.
+    ``u_pack``: the u scratch packed (rows of 32, keys rotated per row), the sm_70 form's
+    layout: 92,688 instead of 108,560 bytes, inside a V100's 96 KB a CTA."""
     D = D_WIDE
     NSL = D // 16
     L = {"VRS": D + 4}                       # V row stride: an 8-lane phase hits 8 bank groups
@@ -75,7 +87,7 @@ def smem_layout():
     L["QS"] = 0
     L["KS_SL"] = 16 * TILE_KEYS + 8          # K * 2^-120 [slice][ii][key]: 4-byte stores of a
     L["KS"] = L["QS"] + NSL * L["QS_SL"]     # warp (4 columns x 8 keys) hit 32 banks
-    L["U_SL"] = RC * U_RS                    # u [slice][row][key]
+    L["U_SL"] = u_slice_floats(u_pack, U_RS)   # u [slice][row][key]
     L["UV"] = L["KS"] + NSL * L["KS_SL"]     # u, then V * 2^-120 [key][d] (same space)
     uv = max(NSL * L["U_SL"], TILE_KEYS * L["VRS"])
     L["HS"] = L["UV"] + uv                   # hi * 2^120 [key][row]
@@ -97,7 +109,8 @@ def _helpers_source():
     """The 4 x 4 register-tile device functions (constant indices, inlined)."""
     src = Source()
     emit_row_tile_helpers(src.e, 4, dict(masked="_pv_masked16", o_update="_o_update16",
-                                         zero="_zero16", store_u="_store_u16"))
+                                         zero="_zero16", store_u="_store_u16",
+                                         store_u_rot="_store_u16_rot"))
     return src.text()
 
 
@@ -108,12 +121,14 @@ def emit_fma16(e, ind, acc, a, b):
             e(ind, f"{acc}[{4 * rr + cc}] = cuda.fma({a}{rr}, {b}{cc}, {acc}[{4 * rr + cc}])")
 
 
-def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
+def _source(VEC, score_steps=8, pv_keys=8, loop32=False, u_pack=False):
     """Python source of the split kernel (D = 256); ``VEC``: 16-byte cache loads (else four
     4-byte loads per chunk). Schedule options (same bits; the registered kernels use the
     defaults): ``score_steps`` K16 steps per score-loop iteration and ``pv_keys`` keys per
     PV-loop iteration (8 or 16); ``loop32``: both loops' counters and the PV loop's next
-    offsets in 32-bit arithmetic (``tiled_compact``'s option of that name)."""
+    offsets in 32-bit arithmetic (``tiled_compact``'s option of that name). ``u_pack``: the
+    slice sums u in rows of 32 floats, row r's keys rotated by 16 (r mod 2), the registered
+    sm_70 form's layout."""
     if score_steps not in (8, 16) or pv_keys not in (8, 16):
         raise ValueError("score_steps and pv_keys: 8 or 16")
     SS, PK = score_steps, pv_keys
@@ -121,7 +136,7 @@ def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
     D = D_WIDE
     NSL = D // 16
     NPASS = NSL // 8                 # passes of the score role: 8 warps, one slice each
-    L = smem_layout()
+    L = smem_layout(u_pack)
     QS, QS_SL, KS, KS_SL, VRS = L["QS"], L["QS_SL"], L["KS"], L["KS_SL"], L["VRS"]
     UV, U_SL = L["UV"], L["U_SL"]
     HS, LS, T1, AS = L["HS"], L["LS"], L["T1"], L["AS"]
@@ -165,6 +180,7 @@ def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
         "u = cuda.local.array(16, np.float32)",
         "o = cuda.local.array(16, np.float32)",
         "t = cuda.local.array(16, np.float32)",
+        *(u_pack_store_columns(u_rot_256, lambda q: f"4 * srg + {q}", 2) if u_pack else []),
     ])
     emit_q_and_lengths(e, D, L, nt=NT)
 
@@ -210,10 +226,14 @@ def _source(VEC, score_steps=8, pv_keys=8, loop32=False):
     e(4, "qa = nqa")
     e(4, "ka = nka")
     e(4, "it = add32(it, 1)" if loop32 else "it += 1")
-    e(3, f"_store_u16(sm, {UV} + sl * {U_SL} + 4 * srg * {U_RS} + 4 * kg, u)")
+    if u_pack:
+        e(3, f"_store_u16_rot(sm, {UV} + sl * {U_SL} + {4 * U_PACK_RS} * srg, uc0, uc1, u)")
+    else:
+        e(3, f"_store_u16(sm, {UV} + sl * {U_SL} + 4 * srg * {U_RS} + 4 * kg, u)")
     e(2, "cuda.syncthreads()                               # S1")
 
-    emit_kahan(e, D, L, U_RS, XRS, vis_names=True, key_step=16, row_shift=False)
+    emit_kahan(e, D, L, U_RS, XRS, vis_names=True, key_step=16, row_shift=False,
+               u_rot=u_rot_256("r") if u_pack else None)
 
     emit_tile_max(e, L, XRS)
     for m in range(2):
@@ -298,10 +318,18 @@ def _make_split_kernel(VEC, **options):
     return ns["split_kernel"]
 
 
-SMEM_BYTES = 4 * smem_layout()["TOTAL"]
-_pyfuncs = {vec: _make_split_kernel(vec) for vec in (True, False)}
+def smem_bytes(u_pack=False, **_schedule):
+    """Dynamic shared memory of a split kernel built with ``_source``'s options."""
+    return 4 * smem_layout(u_pack)["TOTAL"]
+
+
+# the registered forms: from compute capability 8.0 on (two_cta) the padded u, below it the
+# packed one (a V100 gives a CTA at most 96 KB)
+SMEM_BYTES = {two: smem_bytes(u_pack=not two) for two in (True, False)}
+_pyfuncs = {(vec, two): _make_split_kernel(vec, u_pack=not two)
+            for vec in (True, False) for two in (True, False)}
 _kernels = {(vec, two): jit_bounded(f, LAUNCH_BOUNDS if two else SM70_LAUNCH_BOUNDS)
-            for vec, f in _pyfuncs.items() for two in (True, False)}
+            for (vec, two), f in _pyfuncs.items()}
 
 
 def _split_name(vec, two_cta=True):
@@ -310,18 +338,21 @@ def _split_name(vec, two_cta=True):
 
 
 def supports(plan: dict) -> None:
-    tiled.supports(plan)
+    tiled.check_rows(plan, "tiled_wide")
     if plan["D"] != D_WIDE:
         raise UnsupportedShape(f"tiled_wide: head dim {plan['D']}; built for {D_WIDE} only")
+    tiled.check_shared_fits("tiled_wide", SMEM_BYTES[device_cc_at_least(TWO_CTA_MIN_CC)])
 
 
-def split_launch(plan, kernels=None):
+def split_launch(plan, kernels=None, options=None, two_cta=None):
     """(name, kernel, grid, args) of the plan's split launch (``kernels``: vec -> jitted
-    kernel, for measurements; default the registered form for the current device)."""
+    kernel, for measurements, built with generator ``options``, which set the shared-memory
+    size; default the registered form ``two_cta``, itself by default the current device's)."""
     _, vec, grid, args = tiled.split_operands(plan)
-    two = device_cc_at_least(TWO_CTA_MIN_CC)
+    two = device_cc_at_least(TWO_CTA_MIN_CC) if two_cta is None else bool(two_cta)
     kern = kernels[vec] if kernels is not None else _kernels[vec, two]
-    return _split_name(vec, two), DynShared(kern, SMEM_BYTES), grid, args
+    smem = SMEM_BYTES[two] if options is None else smem_bytes(**options)
+    return _split_name(vec, two), DynShared(kern, smem), grid, args
 
 
 def run(plan, stream) -> None:
@@ -338,7 +369,7 @@ VARIANT = register(Variant(
                 "two 16-byte chunks a thread in the decode; D = 256 only; frozen's combine",
     contract="A (q8 verification attention), bit-identical to frozen",
     kernels=tuple(
-        KernelSpec(_split_name(vec, two), _pyfuncs[vec],
+        KernelSpec(_split_name(vec, two), _pyfuncs[vec, two],
                    ((tiled._sig_vec if vec else tiled._sig_byte),),
                    launch_bounds=LAUNCH_BOUNDS if two else SM70_LAUNCH_BOUNDS,
                    min_cc=TWO_CTA_MIN_CC if two else (0, 0),
