@@ -30,3 +30,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def poisoned_dynamic_shared_memory(monkeypatch):
+    """The simulator's dynamic shared memory starts with all bits set (NaN), so a kernel that
+    reads a shared value nothing wrote cannot pass a byte comparison."""
+    from numba.cuda.simulator import kernelapi
+
+    original = kernelapi.FakeCUDAShared.__init__
+
+    def init(self, dynshared_size):
+        original(self, dynshared_size)
+        self._dynshared[:] = -1
+
+    monkeypatch.setattr(kernelapi.FakeCUDAShared, "__init__", init)

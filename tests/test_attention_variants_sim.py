@@ -17,17 +17,7 @@ from tests.attention_helpers import case, decode_on_cpu
 FAST_VARIANTS = ["tiled", "tiled_compact"]
 
 
-@pytest.fixture(autouse=True)
-def poisoned_dynamic_shared_memory(monkeypatch):
-    from numba.cuda.simulator import kernelapi
-
-    original = kernelapi.FakeCUDAShared.__init__
-
-    def init(self, dynshared_size):
-        original(self, dynshared_size)
-        self._dynshared[:] = -1
-
-    monkeypatch.setattr(kernelapi.FakeCUDAShared, "__init__", init)
+pytestmark = pytest.mark.usefixtures("poisoned_dynamic_shared_memory")   # (conftest.py)
 
 
 def _run(c, variant, splits):

@@ -24,19 +24,6 @@ BANKS = 32
 
 
 @pytest.fixture
-def poisoned_dynamic_shared_memory(monkeypatch):
-    from numba.cuda.simulator import kernelapi
-
-    original = kernelapi.FakeCUDAShared.__init__
-
-    def init(self, dynshared_size):
-        original(self, dynshared_size)
-        self._dynshared[:] = -1
-
-    monkeypatch.setattr(kernelapi.FakeCUDAShared, "__init__", init)
-
-
-@pytest.fixture
 def device_is_sm70(monkeypatch):
     """The three variants see a device of compute capability 7.0 (their form choice)."""
     def at_least(cc):
