@@ -440,7 +440,8 @@ def emit_fma_tile(e, ind, acc, a, b):
             e(ind, f"{acc}[{4 * rr + cc}] = cuda.fma({a}{rr}, {b}{cc}, {acc}[{4 * rr + cc}])")
 
 
-__all__ = ["NT", "RC", "U_PACK_RS", "u_slice_floats", "u_rot_128", "u_pack_store_columns", "finish_layout", "Source", "exec_source", "emit_head", "emit_q_and_lengths",
+__all__ = ["NT", "RC", "U_PACK_RS", "u_slice_floats", "u_rot_128", "u_pack_store_columns",
+           "finish_layout", "Source", "exec_source", "emit_head", "emit_q_and_lengths",
            "emit_kahan", "emit_tile_max", "emit_tree_update", "emit_record", "emit_cache_load",
            "emit_chunk_offsets", "emit_decode_chunk", "emit_decode_once", "emit_offsets_advance",
            "emit_pv_next", "emit_row_tile_helpers",
