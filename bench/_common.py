@@ -159,6 +159,9 @@ def run_meta(smoke: bool, timing_method: str) -> Dict[str, object]:
         "smoke": bool(smoke),
         "timing_method": timing_method,
         "versions": versions(),
+        # DFLASH2_EMULATE_CC: the variants planned as on that capability (their forms, its
+        # shared-memory limits), timed on the device in hand
+        "emulated_cc": os.environ.get("DFLASH2_EMULATE_CC") or None,
     }
     meta.update(git_commit())
     meta.update(device_info())

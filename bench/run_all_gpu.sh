@@ -2,6 +2,10 @@
 # Every GPU figure bench/RESULTS.md records, in stages that each fit one device call.
 # Usage: DFLASH2_COMMIT=<sha> bash bench/run_all_gpu.sh OUTDIR STAGE...
 #   stages: tests (gpu-marked pytest), sanitize, screen, bench-attention, bench-gdn,
+#           screen-sm70 (the full screen planned as on a V100, DFLASH2_EMULATE_CC=7.0: the sm_70
+#                     forms' code and a V100's shared-memory limits, compiled for this GPU;
+#                     SM70_FAMILY, default all),
+#           sanitize-sm70 (bench/sanitize.sh under DFLASH2_EMULATE_CC=7.0; SANITIZE_ARGS),
 #           phase-clock (chunked_ws / chunked_wsr state passes, cycles per phase; CLOCK_VARIANTS),
 #           copy-ceiling (L2 -> SM copy rate),
 #           ncu-gdn (Nsight Compute report of one call's two kernels; NCU_VARIANT, default chunked_wsr),
@@ -51,6 +55,12 @@ for stage in "$@"; do
       python3 -m dflash2_numba.screen --json "$out/screen.json" --plot "$out/screen.png" \
           > "$out/screen.log" 2>&1; rc=$?
       grep -E "checks:|FAIL|error" "$out/screen.log" | tail -n 15 ;;
+    screen-sm70)
+      DFLASH2_EMULATE_CC=7.0 python3 -m dflash2_numba.screen "${SM70_FAMILY:-all}" \
+          --json "$out/screen_sm70.json" > "$out/screen_sm70.log" 2>&1; rc=$?
+      grep -E "compute capability|checks:|FAIL|error" "$out/screen_sm70.log" | tail -n 15 ;;
+    sanitize-sm70)
+      DFLASH2_EMULATE_CC=7.0 bash bench/sanitize.sh "$out/san_sm70" ${SANITIZE_ARGS:-}; rc=$? ;;
     bench-attention)
       python3 bench/attention.py --out "$out" --budget-s "${BENCH_BUDGET_S:-240}" \
           > "$out/bench_attention.log" 2>&1; rc=$?

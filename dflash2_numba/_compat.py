@@ -137,10 +137,36 @@ def device_zeros(shape, dtype=np.float32, stream=0):
     return arr
 
 
+EMULATE_CC_ENV = "DFLASH2_EMULATE_CC"
+
+
+def emulated_cc():
+    """The compute capability named by ``DFLASH2_EMULATE_CC`` (e.g. ``7.0``), or None.
+
+    Set, every plan-time choice that depends on the device answers as on a device of that
+    capability: the forms a variant launches (``device_cc_at_least``) and the shared-memory
+    limits it checks (``_dynshared.max_dynamic_shared``, ``shared_per_sm``, never above the
+    real device's). The kernels still compile for the device in hand, so on an H200
+    ``DFLASH2_EMULATE_CC=7.0`` runs the sm_70 forms' code (their bytes, their races, their
+    memory accesses under the sanitizers) as sm_90 machine code: it checks their logic on a
+    GPU, not sm_70's machine code (the PTX report does that)."""
+    raw = os.environ.get(EMULATE_CC_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        major, minor = (int(x) for x in raw.split("."))
+    except ValueError:
+        raise ValueError(f"{EMULATE_CC_ENV}={raw!r}: expected MAJOR.MINOR, e.g. 7.0") from None
+    return (major, minor)
+
+
 def device_cc_at_least(cc) -> bool:
     """Whether the current device has compute capability ``cc`` or newer: the test that
     picks a variant's schedule for the device at plan time (the simulator runs the newest
-    schedules, the H200's)."""
+    schedules, the H200's; ``DFLASH2_EMULATE_CC`` overrides both, see :func:`emulated_cc`)."""
+    emu = emulated_cc()
+    if emu is not None:
+        return emu >= tuple(cc)
     if SIMULATOR:
         return True
     return tuple(cuda.get_current_device().compute_capability) >= tuple(cc)

@@ -6,7 +6,33 @@ shared memory while its CTAs run: CTAs of different kernels share an SM only und
 carveout that holds all of them)."""
 from __future__ import annotations
 
-from ._compat import SIMULATOR
+from ._compat import EMULATE_CC_ENV, SIMULATOR, emulated_cc
+
+# Shared memory by compute capability (CUDA programming guide, "Technical Specifications"):
+# (bytes one block may opt in to, bytes one SM gives its blocks together). Used only when
+# DFLASH2_EMULATE_CC names a capability (``_compat.emulated_cc``).
+SHARED_LIMITS = {
+    (7, 0): (96 * 1024, 96 * 1024),
+    (7, 2): (48 * 1024, 64 * 1024),
+    (7, 5): (64 * 1024, 64 * 1024),
+    (8, 0): (163 * 1024, 164 * 1024),
+    (8, 6): (99 * 1024, 100 * 1024),
+    (8, 7): (163 * 1024, 164 * 1024),
+    (8, 9): (99 * 1024, 100 * 1024),
+    (9, 0): (227 * 1024, 228 * 1024),
+}
+
+
+def emulated_shared_limits():
+    """(per block opt-in, per SM) of the capability ``DFLASH2_EMULATE_CC`` names, or None."""
+    emu = emulated_cc()
+    if emu is None:
+        return None
+    if emu not in SHARED_LIMITS:
+        known = ", ".join(f"{a}.{b}" for a, b in SHARED_LIMITS)
+        raise ValueError(f"{EMULATE_CC_ENV}={emu[0]}.{emu[1]}: no shared-memory limits known "
+                         f"for it (known: {known})")
+    return SHARED_LIMITS[emu]
 
 
 SMEM_LIMIT = "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES"
@@ -113,13 +139,29 @@ def set_carveout(kernel, args, percent):
 
 def max_dynamic_shared() -> int:
     """Bytes of dynamic shared memory one block may opt in to on the current device (the
-    simulator: 96 KB, the sm_70 figure)."""
+    simulator: 96 KB, the sm_70 figure; under ``DFLASH2_EMULATE_CC`` the emulated
+    capability's figure, never above the device's own)."""
+    emu = emulated_shared_limits()
     if SIMULATOR:
-        return 96 * 1024
+        return emu[0] if emu else 96 * 1024
     from numba import cuda
 
     dev = cuda.get_current_device()
     try:
-        return int(dev.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        real = int(dev.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
     except Exception:  # noqa: BLE001  (older drivers / bindings)
-        return 48 * 1024
+        real = 48 * 1024
+    return min(real, emu[0]) if emu else real
+
+
+def shared_per_sm() -> int:
+    """Bytes of shared memory one SM can give its CTAs together (the simulator: sm_70's
+    96 KB; under ``DFLASH2_EMULATE_CC`` the emulated capability's, never above the
+    device's)."""
+    emu = emulated_shared_limits()
+    if SIMULATOR:
+        return emu[1] if emu else 96 * 1024
+    from numba import cuda
+
+    real = int(cuda.get_current_device().MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
+    return min(real, emu[1]) if emu else real

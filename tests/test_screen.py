@@ -161,3 +161,23 @@ def test_commit_named_by_the_caller_wins(monkeypatch):
     assert screen._commit() == "abc1234"
     monkeypatch.delenv("DFLASH2_COMMIT")
     assert screen._commit() not in ("", "abc1234")
+
+
+def test_screen_under_an_emulated_capability_says_so_and_records_it(monkeypatch, tmp_path, capsys):
+    """``DFLASH2_EMULATE_CC=7.0`` (the ``screen-sm70`` stage of bench/run_all_gpu.sh): the
+    screen names the capability it plans for, screens the sm_70 forms (here
+    ``tiled_compact``'s, one short context) and records the capability in its JSON."""
+    import json
+
+    monkeypatch.setenv("DFLASH2_EMULATE_CC", "7.0")
+    out = tmp_path / "s.json"
+    rc = screen_main(["attention", "--quick", "--contexts", "40", "--variants", "tiled_compact",
+                      "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text[-3000:]
+    assert "plans as on compute capability 7.0" in text
+    data = json.loads(out.read_text())
+    assert data["meta"]["emulated_cc"] == "7.0"
+    rows = [r for r in data["rows"] if r["variant"] == "tiled_compact"]
+    assert rows and all(r["status"] == "ok" and r["bitwise"] is True for r in rows)
+    assert all(".split.d64.sm70" in r["route"] for r in rows)

@@ -5,8 +5,9 @@ floats, each row's keys rotated) that brings their D = 256 shared memory inside 
 Checked without a GPU: the sizes; that the generated stores and Kahan reads of the packed u
 put each (slice, row, key) at one address, the same one for the writer and the reader, and
 hit distinct banks (the expressions are evaluated from the generated source); and, on the
-simulator with the device made to report compute capability 7.0, that each variant routes
-to its ``.sm70`` kernels and writes frozen's bytes (poisoned shared memory)."""
+simulator with plans made as on compute capability 7.0 (``DFLASH2_EMULATE_CC``), that each
+variant routes to its ``.sm70`` kernels and writes frozen's bytes (poisoned shared memory),
+and that a form larger than the emulated device allows is refused at plan time."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,11 +26,9 @@ BANKS = 32
 
 @pytest.fixture
 def device_is_sm70(monkeypatch):
-    """The three variants see a device of compute capability 7.0 (their form choice)."""
-    def at_least(cc):
-        return (7, 0) >= tuple(cc)
-    for mod in (TL, TC, TW):
-        monkeypatch.setattr(mod, "device_cc_at_least", at_least)
+    """Plans answer as on a device of compute capability 7.0 (``DFLASH2_EMULATE_CC``): the
+    sm_70 forms and a V100's 96 KB a CTA."""
+    monkeypatch.setenv("DFLASH2_EMULATE_CC", "7.0")
 
 
 def test_sm70_forms_fit_a_v100_and_the_h200_forms_are_unchanged():
@@ -164,24 +163,35 @@ def test_sm70_form_routes_and_writes_frozens_bytes(variant, name, device_is_sm70
     assert got.lse.tobytes() == ref.lse.tobytes()
 
 
-@pytest.mark.parametrize("variant, h200_bytes", [("tiled", 98_832), ("tiled_compact", 100_112),
-                                                 ("tiled_wide", 108_560)])
+REFUSALS = [   # (emulated capability, variant, the form's bytes at D = 256, the opt-in limit)
+    ("7.5", "tiled", 89_616, 65_536), ("7.5", "tiled_compact", 91_408, 65_536),
+    ("7.5", "tiled_wide", 92_688, 65_536), ("8.6", "tiled_wide", 108_560, 101_376),
+]
+
+
+@pytest.mark.parametrize("cc, variant, need, limit", REFUSALS)
 def test_a_form_larger_than_the_device_allows_is_refused_before_any_launch(
-        variant, h200_bytes, monkeypatch):
-    """With a 96 KB limit (a V100's) the H200 forms at D = 256 are refused at plan time,
-    naming the bytes; nothing is launched and the workspace keeps its sentinel. The sm_70
-    forms pass the same check."""
-    monkeypatch.setattr(TL, "shared_limit", lambda: V100_SHARED_PER_CTA)
+        cc, variant, need, limit, monkeypatch):
+    """On a device whose opt-in limit is below the form's size (emulated: compute capability
+    7.5 takes the sm_70 forms and allows 64 KB; 8.6 takes the H200 forms and allows 99 KB)
+    the plan is refused naming both sizes; nothing is launched and the workspace keeps its
+    sentinel."""
+    monkeypatch.setenv("DFLASH2_EMULATE_CC", cc)
     c = case(np.random.default_rng(3), B=1, Q=1, Hq=2, Hkv=1, D=256, page_size=16, seq_lens=[40])
     ws = d2.AttentionWorkspace(batch=1, q_len=1, heads=2, head_dim=256, splits=2)
     ws.fill_sentinel()
     before = (_host(ws.partial).tobytes(), _host(ws.lse).tobytes())
     d2.route_counters(reset=True)
-    with pytest.raises(ValueError, match=rf"{variant}: .*{h200_bytes} B of shared memory.*98304 B"):
+    with pytest.raises(ValueError, match=rf"{variant}: .*{need} B of shared memory.*{limit} B"):
         d2.verify_attention(**c, splits=2, variant=variant, workspace=ws)
     assert d2.route_counters() == {}
     assert (_host(ws.partial).tobytes(), _host(ws.lse).tobytes()) == before
-    for mod in (TL, TC, TW):
-        monkeypatch.setattr(mod, "device_cc_at_least", lambda cc: (7, 0) >= tuple(cc))
+
+
+@pytest.mark.parametrize("cc, variants", [("7.0", ["tiled", "tiled_compact", "tiled_wide"]),
+                                          ("8.6", ["tiled", "tiled_compact"])])
+def test_forms_within_the_limit_pass_the_plan_check(cc, variants, monkeypatch):
+    monkeypatch.setenv("DFLASH2_EMULATE_CC", cc)
     plan = dict(B=1, Q=1, Hq=2, Hkv=1, D=256, page_size=16, splits=2)
-    {"tiled": TL, "tiled_compact": TC, "tiled_wide": TW}[variant].supports(plan)
+    for variant in variants:
+        {"tiled": TL, "tiled_compact": TC, "tiled_wide": TW}[variant].supports(plan)

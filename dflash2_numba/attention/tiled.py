@@ -46,7 +46,7 @@ import math
 import numpy as np
 from numba import types
 
-from .._compat import SIMULATOR, cuda, device_cc_at_least
+from .._compat import SIMULATOR, cuda, device_cc_at_least, emulated_cc
 from .._dynshared import DynShared, max_dynamic_shared
 from .._registry import KernelSpec, UnsupportedShape, Variant, launch, register
 from ..contract import EXP_CLAMP, MAX_GROUP, MAX_Q, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
@@ -459,8 +459,7 @@ def packed_here() -> bool:
 
 def check_shared_fits(variant, nbytes):
     """UnsupportedShape when ``nbytes`` of dynamic shared memory a CTA is more than the
-    current device lets a kernel opt in to (at plan time, before any launch). The simulator
-    has no such limit (it runs the H200's forms)."""
+    current device lets a kernel opt in to (at plan time, before any launch)."""
     limit = shared_limit()
     if limit is not None and nbytes > limit:
         raise UnsupportedShape(f"{variant}: the split kernel needs {nbytes} B of shared memory "
@@ -468,8 +467,11 @@ def check_shared_fits(variant, nbytes):
 
 
 def shared_limit():
-    """The current device's dynamic shared-memory opt-in limit a CTA, or None (simulator)."""
-    return None if SIMULATOR else max_dynamic_shared()
+    """The current device's dynamic shared-memory opt-in limit a CTA; None on the simulator,
+    which runs the H200's forms, unless ``DFLASH2_EMULATE_CC`` names a device."""
+    if SIMULATOR and emulated_cc() is None:
+        return None
+    return max_dynamic_shared()
 
 
 def _signatures():

@@ -61,7 +61,7 @@ import numpy as np
 
 from .. import _registry
 from .._compat import SIMULATOR, cuda, device_zeros, jit_bounded
-from .._dynshared import DynShared
+from .._dynshared import DynShared, shared_per_sm
 from .._streams import order_event, priority_stream
 from . import chunked_rec as RC
 from . import chunked_rec_pipe as RP
@@ -92,14 +92,6 @@ _scatter = cuda.jit(gdn_state_scatter_kernel)
 
 
 CTA_RESERVED_SMEM = 1024      # bytes of shared memory the hardware keeps per CTA (sm_80 on)
-
-
-def shared_per_sm() -> int:
-    """Bytes of shared memory one SM can give its CTAs together (the simulator: sm_70's
-    96 KB)."""
-    if SIMULATOR:
-        return 96 * 1024
-    return int(cuda.get_current_device().MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
 
 
 def prep_fits_beside_rec(K: int, per_sm: int) -> bool:

@@ -66,14 +66,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     import oracle
 
     from .. import _registry
-    from .._compat import SIMULATOR
+    from .._compat import EMULATE_CC_ENV, SIMULATOR, emulated_cc
     from . import report
 
     quick = args.quick or SIMULATOR
     timing = not SIMULATOR and not args.no_timing
     contexts = [int(x) for x in args.contexts.split(",")] if args.contexts else None
     where = "CUDA simulator" if SIMULATOR else "GPU"
+    emu = emulated_cc()
     print(f"dflash2-screen: {'quick' if quick else 'full'} matrix on the {where}", flush=True)
+    if emu is not None:
+        print(f"dflash2-screen: plans as on compute capability {emu[0]}.{emu[1]} "
+              f"({EMULATE_CC_ENV}): that capability's forms and shared-memory limits, compiled "
+              f"for the device in hand", flush=True)
 
     if args.mp:
         ok = oracle.run_selfcheck(verbose=False)
@@ -116,7 +121,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"\n{len(rows)} checks: {len(rows) - len(failed) - len(unsupported)} passed, "
           f"{len(failed)} failed, {len(unsupported)} unsupported")
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                where=where, quick=quick, argv=argv, commit=_commit())
+                where=where, quick=quick, argv=argv, commit=_commit(),
+                emulated_cc=None if emu is None else f"{emu[0]}.{emu[1]}")
     if not SIMULATOR:
         try:
             from numba import cuda
