@@ -13,7 +13,6 @@ from ._compat import EMULATE_CC_ENV, SIMULATOR, emulated_cc
 # DFLASH2_EMULATE_CC names a capability (``_compat.emulated_cc``).
 SHARED_LIMITS = {
     (7, 0): (96 * 1024, 96 * 1024),
-    (7, 2): (48 * 1024, 64 * 1024),
     (7, 5): (64 * 1024, 64 * 1024),
     (8, 0): (163 * 1024, 164 * 1024),
     (8, 6): (99 * 1024, 100 * 1024),
