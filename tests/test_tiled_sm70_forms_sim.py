@@ -10,6 +10,8 @@ variant routes to its ``.sm70`` kernels and writes frozen's bytes (poisoned shar
 and that a form larger than the emulated device allows is refused at plan time."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -54,9 +56,19 @@ def _exprs(src, names):
     return out
 
 
-def _packed_u_addresses(src, nt, rows_per_thread, periods, key_step, row_base, store_base):
-    """From generated source: (store addresses [slice-free] per (thread, row rr, key c),
-    Kahan read addresses per (thread, m)) of the packed u, relative to one slice."""
+def _store_base(src, env, uv):
+    """The slice-relative base address the generated source passes to its packed-u store
+    helper (``_store_u_rot`` / ``_store_u16_rot``), evaluated for every thread at slice 0."""
+    m = re.search(r"_store_u(?:16)?_rot\(sm, ([^,]+),", src)
+    assert m, "no packed-u store in the source"
+    return eval(m.group(1), {**env, "sl": 0}) - uv
+
+
+def _packed_u_addresses(src, nt, rows_per_thread, periods, key_step, row_base, uv):
+    """The packed u's addresses within one slice, with the thread roles, the store columns
+    ``uc*`` and the Kahan offsets ``uo*`` evaluated from the generated source: (roles,
+    store address / row / key per (thread, tile row rr and key c), Kahan read address / key
+    per (thread, m))."""
     nk = 32 // key_step
     names = ["kg", "srg", "r", "kq", "urot", *[f"uc{q}" for q in range(periods)],
              *[f"uo{m}" for m in range(nk)]]
@@ -68,33 +80,34 @@ def _packed_u_addresses(src, nt, rows_per_thread, periods, key_step, row_base, s
         env[name] = eval(ex[name], env)
     env["urot"] = eval(ex["urot"], env)
     uc = [eval(ex[f"uc{q}"], env) for q in range(periods)]
-    stores = np.stack([store_base(env) + rr * U_PACK_RS + uc[rr % periods] + c
+    base = _store_base(src, env, uv)
+    stores = np.stack([base + rr * U_PACK_RS + uc[rr % periods] + c
                        for rr in range(rows_per_thread) for c in range(4)], axis=1)
     keys = np.stack([4 * env["kg"] + c for rr in range(rows_per_thread) for c in range(4)], axis=1)
     rows = np.stack([row_base(env) + rr for rr in range(rows_per_thread) for c in range(4)], axis=1)
-    reads = np.stack([env["r"] * U_PACK_RS + eval(ex[f"uo{m}"], env) for m in range(nk)], axis=1)
+    ubr = re.search(r"ubr = ([^#\n]+)", src).group(1)
+    reads = np.stack([eval(ubr, env) - uv + eval(ex[f"uo{m}"], env) for m in range(nk)], axis=1)
     read_keys = np.stack([env["kq"] + key_step * m for m in range(nk)], axis=1)
     return env, stores, rows, keys, reads, read_keys
 
 
 GEOMETRIES = {
-    # variant: (source, threads, rows a score thread, periods, Kahan key step,
-    #           first row of a score thread, its store base within a slice,
-    #           score threads per slice (lanes 0..31 of a warp hold 1 or 2 slices))
+    # variant: (source, threads, rows a score thread, store-column periods, Kahan key step,
+    #           first row of a score thread, the u region's offset in shared memory)
     "tiled": (lambda: TL._source(64, True, u_pack=True), 128, 8, 4, 8,
-              lambda v: 8 * v["srg"], lambda v: 8 * U_PACK_RS * v["srg"]),
+              lambda v: 8 * v["srg"], TL._smem_layout(64, u_pack=True)["UV"]),
     "tiled_compact": (lambda: TC._source(64, True, defer_o=False, u_pack=True), 128, 8, 4, 8,
-                      lambda v: 8 * v["srg"], lambda v: 8 * U_PACK_RS * v["srg"]),
+                      lambda v: 8 * v["srg"], TC._smem_layout(64, u_pack=True)["UV"]),
     "tiled_wide": (lambda: TW._source(True, u_pack=True), 256, 4, 2, 16,
-                   lambda v: 4 * v["srg"], lambda v: 4 * U_PACK_RS * v["srg"]),
+                   lambda v: 4 * v["srg"], TW.smem_layout(u_pack=True)["UV"]),
 }
 
 
 @pytest.mark.parametrize("variant", list(GEOMETRIES))
 def test_packed_u_is_one_address_per_sum_read_where_written_without_conflicts(variant):
-    make, nt, rows_pt, periods, key_step, row_base, store_base = GEOMETRIES[variant]
+    make, nt, rows_pt, periods, key_step, row_base, uv = GEOMETRIES[variant]
     env, stores, rows, keys, reads, read_keys = _packed_u_addresses(
-        make(), nt, rows_pt, periods, key_step, row_base, store_base)
+        make(), nt, rows_pt, periods, key_step, row_base, uv)
     # writers: the 16 x 32 sums of one slice, each at one address inside the slice's 512
     # floats (threads of one slice: those of one score-role slice index)
     slice_of = (env["lane"] >> 4) + 2 * env["warp"] if nt == 128 else env["warp"]
@@ -106,6 +119,7 @@ def test_packed_u_is_one_address_per_sum_read_where_written_without_conflicts(va
         assert len(where) == 16 * 32
         assert sorted(where.values()) == list(range(16 * U_PACK_RS))
     # readers (softmax role): row r, key kq + key_step m reads the address its writer used
+    # (the same in every slice: ``where`` is the last slice's map)
     for t in range(nt):
         for m in range(reads.shape[1]):
             r, k = int(env["r"][t]), int(read_keys[t, m])
