@@ -7,6 +7,7 @@ carveout that holds all of them)."""
 from __future__ import annotations
 
 from ._compat import EMULATE_CC_ENV, SIMULATOR, emulated_cc
+from ._registry import UnsupportedShape
 
 # Shared memory by compute capability (CUDA programming guide, "Technical Specifications"):
 # (bytes one block may opt in to, bytes one SM gives its blocks together). Used only when
@@ -151,6 +152,16 @@ def max_dynamic_shared() -> int:
     except Exception:  # noqa: BLE001  (older drivers / bindings)
         real = 48 * 1024
     return min(real, emu[0]) if emu else real
+
+
+def require_shared(who: str, need: int) -> None:
+    """Plan-time refusal (``UnsupportedShape``, before any launch) when ``need`` bytes of
+    dynamic shared memory a block exceed the device's opt-in limit
+    (:func:`max_dynamic_shared`); the message names ``who`` and both sizes."""
+    limit = max_dynamic_shared()
+    if need > limit:
+        raise UnsupportedShape(f"{who} needs {need} B of shared memory a block; the device "
+                               f"allows {limit} B")
 
 
 def shared_per_sm() -> int:

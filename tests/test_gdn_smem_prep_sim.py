@@ -84,7 +84,9 @@ def test_unsupported_when_shared_memory_is_short(monkeypatch):
     from dflash2_numba import UnsupportedShape
     from dflash2_numba.gdn._prep_smem import smem_floats
 
-    monkeypatch.setattr(chunked_smprep, "max_dynamic_shared", lambda: 4 * smem_floats(32) - 4)
+    from dflash2_numba import _dynshared
+
+    monkeypatch.setattr(_dynshared, "max_dynamic_shared", lambda: 4 * smem_floats(32) - 4)
     rng = np.random.default_rng(5)
     case = oracle.random_gdn_case(rng, B=1, T=8, H=1, HV=1, K=32, V=32, dtype=np.float32,
                                   cu_seqlens=None, with_state=False)

@@ -47,7 +47,7 @@ import numpy as np
 from numba import types
 
 from .._compat import SIMULATOR, cuda, device_cc_at_least, emulated_cc
-from .._dynshared import DynShared, max_dynamic_shared
+from .._dynshared import DynShared, require_shared
 from .._registry import KernelSpec, UnsupportedShape, Variant, launch, register
 from ..contract import EXP_CLAMP, MAX_GROUP, MAX_Q, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
 from . import frozen
@@ -458,20 +458,12 @@ def packed_here() -> bool:
 
 
 def check_shared_fits(variant, nbytes):
-    """UnsupportedShape when ``nbytes`` of dynamic shared memory a CTA is more than the
-    current device lets a kernel opt in to (at plan time, before any launch)."""
-    limit = shared_limit()
-    if limit is not None and nbytes > limit:
-        raise UnsupportedShape(f"{variant}: the split kernel needs {nbytes} B of shared memory "
-                               f"a CTA; this device allows {limit} B")
-
-
-def shared_limit():
-    """The current device's dynamic shared-memory opt-in limit a CTA; None on the simulator,
-    which runs the H200's forms, unless ``DFLASH2_EMULATE_CC`` names a device."""
+    """The split kernel's ``nbytes`` of dynamic shared memory against the device's opt-in
+    limit, at plan time (``_dynshared.require_shared``). Not on the simulator, which runs the
+    H200's forms, unless ``DFLASH2_EMULATE_CC`` names a device."""
     if SIMULATOR and emulated_cc() is None:
-        return None
-    return max_dynamic_shared()
+        return
+    require_shared(f"{variant}: the split kernel", nbytes)
 
 
 def _signatures():

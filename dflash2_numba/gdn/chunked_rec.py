@@ -40,7 +40,7 @@ from numba import types
 
 from .. import _registry
 from .._compat import SIMULATOR, jit_bounded
-from .._dynshared import DynShared, max_dynamic_shared
+from .._dynshared import DynShared, require_shared
 from . import chunked_split as S
 from . import chunked_ws as W
 from ._chunk_output import gdn_chunk_out_kernel, out_floats, out_threads
@@ -114,11 +114,7 @@ def supports(plan: GdnPlan) -> None:
     """chunked_smprep's shapes, and the recurrence's and the output kernel's shared memory
     (both below the pre-pass's at every supported K, V; checked all the same)."""
     smprep_supports(plan)
-    need = 4 * max(rec_floats(plan.K), out_floats(plan.K, plan.V))
-    if need > max_dynamic_shared():
-        raise _registry.UnsupportedShape(
-            f"chunked_rec: needs {need} bytes of shared memory a block, the device allows "
-            f"{max_dynamic_shared()}")
+    require_shared("chunked_rec:", 4 * max(rec_floats(plan.K), out_floats(plan.K, plan.V)))
 
 
 def prepare(plan: GdnPlan, stream, out=None) -> None:

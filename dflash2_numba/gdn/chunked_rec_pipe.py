@@ -30,7 +30,7 @@ import os
 
 from .. import _registry
 from .._compat import device_cc_at_least, jit_bounded
-from .._dynshared import max_dynamic_shared
+from .._dynshared import require_shared
 from . import chunked_rec as RC
 from ._chunk_output import out_floats, out_threads
 from ._chunk_output_pipe import gdn_chunk_out_pipe_kernel, pipe_fits, pipe_floats
@@ -76,11 +76,8 @@ def supports(plan: GdnPlan) -> None:
     RC.supports(plan)
     if not (pipe_fits(plan.V) and wide_fits(plan.V)):
         raise _registry.UnsupportedShape(f"chunked_rec_pipe: V={plan.V} slabs exceed a thread's loads")
-    need = 4 * max(pipe_floats(plan.K, plan.V), wide_floats(plan.K, plan.V))
-    if need > max_dynamic_shared():
-        raise _registry.UnsupportedShape(
-            f"chunked_rec_pipe: needs {need} bytes of shared memory a block, the device "
-            f"allows {max_dynamic_shared()}")
+    require_shared("chunked_rec_pipe:",
+                   4 * max(pipe_floats(plan.K, plan.V), wide_floats(plan.K, plan.V)))
 
 
 def pipe_here() -> bool:

@@ -19,7 +19,7 @@ import os
 
 from .. import _registry
 from .._compat import SIMULATOR, jit_bounded
-from .._dynshared import max_dynamic_shared
+from .._dynshared import require_shared
 from . import chunked_split as S
 from . import chunked_ws as W
 from . import chunked_wsr as R
@@ -46,11 +46,7 @@ def prep_threads() -> int:
 
 def supports(plan: GdnPlan) -> None:
     S.supports(plan)
-    need = 4 * smem_floats(plan.K)
-    if need > max_dynamic_shared():
-        raise _registry.UnsupportedShape(
-            f"chunked_smprep: the pre-pass needs {need} bytes of shared memory a block, the "
-            f"device allows {max_dynamic_shared()}")
+    require_shared("chunked_smprep: the pre-pass", 4 * smem_floats(plan.K))
 
 
 PREP = W.PrePass(PREP_NAME, gdn_smem_prep_kernel,
