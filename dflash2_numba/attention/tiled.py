@@ -364,10 +364,28 @@ def _make_split_kernel(D, VEC, u_pack=False):
     return ns["split_kernel"]
 
 
-# Two layouts of the same kernel, one per target: from compute capability 8.0 on the u
-# scratch is padded (98,832 B at D = 256, the layout measured on the H200); below it
-# packed (89,616 B), because a V100 gives a CTA at most 96 KB.
-PACKED_BELOW_CC = (8, 0)
+# Every register-tiled variant (tiled, tiled_compact, tiled_perm, tiled_wide) builds two forms
+# of its split kernel: the one launched from compute capability 8.0 on (the H200's, whose times
+# are measured) and the sm_70 form below it (a V100's 96 KB of shared memory a CTA, ptxas
+# 12.9's sm_70 register allocation). Here the two differ in u's layout: padded from 8.0 on
+# (98,832 B at D = 256), packed below (89,616 B).
+SM70_FORM_BELOW_CC = (8, 0)
+
+
+def sm70_form_here() -> bool:
+    """Whether the current device gets the variants' sm_70 forms: below compute capability
+    8.0 (the simulator runs the H200's forms; ``DFLASH2_EMULATE_CC`` overrides)."""
+    return not device_cc_at_least(SM70_FORM_BELOW_CC)
+
+
+def form_cc_range(sm70: bool) -> dict:
+    """``KernelSpec``'s ``min_cc`` / ``max_cc`` of a split kernel's form (the PTX report
+    compiles each form only for the capabilities that launch it)."""
+    if sm70:
+        return dict(min_cc=(0, 0), max_cc=(SM70_FORM_BELOW_CC[0] - 1, 99))
+    return dict(min_cc=SM70_FORM_BELOW_CC, max_cc=(99, 99))
+
+
 _SMEM_BYTES = {(D, packed): 4 * _smem_layout(D, packed)["TOTAL"]
                for D in (64, 128, 256) for packed in (False, True)}
 _kernels = {}
@@ -411,7 +429,7 @@ def check_rows(plan: dict, variant: str) -> None:
 
 def supports(plan: dict) -> None:
     check_rows(plan, "tiled")
-    check_shared_fits("tiled", _SMEM_BYTES[plan["D"], packed_here()])
+    check_shared_fits("tiled", _SMEM_BYTES[plan["D"], sm70_form_here()])
 
 
 def split_operands(plan):
@@ -436,7 +454,7 @@ def _split_launch(plan, packed=None):
     """(name, kernel, grid, args) of the plan's split launch (16-byte views of the caches
     where legal); ``packed``: the form (default the current device's)."""
     D, vec, grid, args = split_operands(plan)
-    packed = packed_here() if packed is None else bool(packed)
+    packed = sm70_form_here() if packed is None else bool(packed)
     return (_split_name(D, vec, packed), DynShared(_kernels[D, vec, packed], _SMEM_BYTES[D, packed]),
             grid, args)
 
@@ -449,12 +467,6 @@ def run(plan, stream) -> None:
 
 def _split_name(D, vec, packed=False):
     return f"attention.tiled.split.d{D}" + ("" if vec else ".bytes") + (".sm70" if packed else "")
-
-
-def packed_here() -> bool:
-    """Whether the current device gets the packed-u (sm_70) form: below compute capability
-    8.0 (the simulator runs the H200's form)."""
-    return not device_cc_at_least(PACKED_BELOW_CC)
 
 
 def check_shared_fits(variant, nbytes):
@@ -492,9 +504,7 @@ VARIANT = register(Variant(
     contract="A (q8 verification attention), bit-identical to frozen",
     kernels=tuple(
         KernelSpec(_split_name(D, vec, packed), _pyfuncs[D, vec, packed],
-                   ((_sig_vec if vec else _sig_byte),),
-                   min_cc=(0, 0) if packed else PACKED_BELOW_CC,
-                   max_cc=(PACKED_BELOW_CC[0] - 1, 99) if packed else (99, 99))
+                   ((_sig_vec if vec else _sig_byte),), **form_cc_range(packed))
         for packed in (False, True) for D in (256, 128, 64) for vec in (True, False)
     ) + (KernelSpec("attention.tiled.combine", frozen.combine_kernel.py_func,
                     frozen._combine_sigs),),

@@ -52,7 +52,7 @@ import math  # noqa: F401  (the generated source calls math.exp)
 
 import numpy as np
 
-from .._compat import cuda, device_cc_at_least
+from .._compat import cuda
 from .._dynshared import DynShared
 from .._registry import KernelSpec, Variant, launch, register
 from ..contract import EXP_CLAMP, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
@@ -433,8 +433,8 @@ _SMEM_BYTES = {(D, defer): smem_bytes(D, u_pack=not defer) for D in (64, 128, 25
 # (measured 1.2 % faster on the H200) for compute capability 8.0 and up; O updated after the
 # tile's last barrier for sm_70, where ptxas 12.9 spills the deferred form at D = 256 (255
 # registers, 8 B of spill stores and 76 B of loads) and not this one. The sm_70 form also
-# packs the u scratch (``u_pack``), so that it fits a V100's 96 KB a CTA at D = 256.
-DEFER_O_MIN_CC = (8, 0)
+# packs the u scratch (``u_pack``), so that it fits a V100's 96 KB a CTA at D = 256. Which
+# form a device gets: ``tiled.sm70_form_here``.
 _kernels = {}
 _pyfuncs = {}
 for _D in (64, 128, 256):
@@ -451,9 +451,8 @@ def _split_name(D, vec, defer_o=True):
 
 
 def defer_o_here() -> bool:
-    """The schedule for the current device: deferred O from compute capability 8.0 on (and on
-    the simulator, which runs the H200's form)."""
-    return device_cc_at_least(DEFER_O_MIN_CC)
+    """The schedule for the current device: deferred O except in the sm_70 form."""
+    return not tiled.sm70_form_here()
 
 
 def supports(plan: dict) -> None:
@@ -490,8 +489,7 @@ VARIANT = register(Variant(
     kernels=tuple(
         KernelSpec(_split_name(D, vec, defer), _pyfuncs[D, vec, defer],
                    ((tiled._sig_vec if vec else tiled._sig_byte),),
-                   min_cc=DEFER_O_MIN_CC if defer else (0, 0),
-                   max_cc=(99, 99) if defer else (DEFER_O_MIN_CC[0] - 1, 99))
+                   **tiled.form_cc_range(not defer))
         for defer in (True, False) for D in (256, 128, 64) for vec in (True, False)
     ) + (KernelSpec("attention.tiled_compact.combine", frozen.combine_kernel.py_func,
                     frozen._combine_sigs),),

@@ -28,14 +28,13 @@ updated after the tile's last barrier, u packed: 91,408 bytes at D = 256, inside
 """
 from __future__ import annotations
 
-from .._compat import cuda, device_cc_at_least
+from .._compat import cuda
 from .._dynshared import DynShared
 from .._registry import KernelSpec, Variant, launch, register
 from . import frozen, tiled
 from . import tiled_compact as TC
 
 OPTIONS = dict(k_perm=True, nan_once=True, k_late=True)     # with tiled_compact's defer_o
-PERM_MIN_CC = TC.DEFER_O_MIN_CC                             # below it: tiled_compact's sm_70 form
 _SMEM_BYTES = {(D, perm): (TC.smem_bytes(D, **OPTIONS) if perm else TC._SMEM_BYTES[D, False])
                for D in (64, 128, 256) for perm in (True, False)}
 _pyfuncs = {}
@@ -54,8 +53,8 @@ def _split_name(D, vec, perm=True):
 
 
 def perm_here() -> bool:
-    """The permuted form from compute capability 8.0 on (and on the simulator)."""
-    return device_cc_at_least(PERM_MIN_CC)
+    """The permuted form except where the sm_70 forms run (``tiled.sm70_form_here``)."""
+    return not tiled.sm70_form_here()
 
 
 def supports(plan: dict) -> None:
@@ -89,8 +88,7 @@ VARIANT = register(Variant(
     kernels=tuple(
         KernelSpec(_split_name(D, vec, perm), _pyfuncs[D, vec, perm],
                    ((tiled._sig_vec if vec else tiled._sig_byte),),
-                   min_cc=PERM_MIN_CC if perm else (0, 0),
-                   max_cc=(99, 99) if perm else (PERM_MIN_CC[0] - 1, 99))
+                   **tiled.form_cc_range(not perm))
         for perm in (True, False) for D in (256, 128, 64) for vec in (True, False)
     ) + (KernelSpec("attention.tiled_perm.combine", frozen.combine_kernel.py_func,
                     frozen._combine_sigs),),

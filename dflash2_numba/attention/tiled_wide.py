@@ -38,7 +38,7 @@ import math  # noqa: F401  (the generated source calls math.exp)
 
 import numpy as np
 
-from .._compat import cuda, device_cc_at_least, jit_bounded
+from .._compat import cuda, jit_bounded
 from .._dynshared import DynShared
 from .._registry import KernelSpec, UnsupportedShape, Variant, launch, register
 from ..contract import EXP_CLAMP, MAX_GROUP, MAX_Q, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
@@ -60,8 +60,7 @@ D_WIDE = 256             # the one head dim it is built for
 LAUNCH_BOUNDS = (NT, 2)  # two CTAs an SM: 128 registers a thread
 # Below compute capability 8.0 (no uniform registers) ptxas 12.9 spills 8 bytes under the
 # 128-register cap; the sm_70 form of the same arithmetic is bounded to one CTA an SM instead.
-SM70_LAUNCH_BOUNDS = (NT, 1)
-TWO_CTA_MIN_CC = (8, 0)
+SM70_LAUNCH_BOUNDS = (NT, 1)     # (which form a device gets: ``tiled.sm70_form_here``)
 NCH = 2                  # 16-byte chunks of K (and of V) a thread loads per tile
 KSTEP = 16               # tile-key step between a thread's chunks
 HRS = 20                 # hi / lo: key stride (16 rows + 4)
@@ -341,7 +340,7 @@ def supports(plan: dict) -> None:
     tiled.check_rows(plan, "tiled_wide")
     if plan["D"] != D_WIDE:
         raise UnsupportedShape(f"tiled_wide: head dim {plan['D']}; built for {D_WIDE} only")
-    tiled.check_shared_fits("tiled_wide", SMEM_BYTES[device_cc_at_least(TWO_CTA_MIN_CC)])
+    tiled.check_shared_fits("tiled_wide", SMEM_BYTES[not tiled.sm70_form_here()])
 
 
 def split_launch(plan, kernels=None, options=None, two_cta=None):
@@ -349,7 +348,7 @@ def split_launch(plan, kernels=None, options=None, two_cta=None):
     kernel, for measurements, built with generator ``options``, which set the shared-memory
     size; default the registered form ``two_cta``, itself by default the current device's)."""
     _, vec, grid, args = tiled.split_operands(plan)
-    two = device_cc_at_least(TWO_CTA_MIN_CC) if two_cta is None else bool(two_cta)
+    two = (not tiled.sm70_form_here()) if two_cta is None else bool(two_cta)
     kern = kernels[vec] if kernels is not None else _kernels[vec, two]
     smem = SMEM_BYTES[two] if options is None else smem_bytes(**options)
     return _split_name(vec, two), DynShared(kern, smem), grid, args
@@ -372,8 +371,7 @@ VARIANT = register(Variant(
         KernelSpec(_split_name(vec, two), _pyfuncs[vec, two],
                    ((tiled._sig_vec if vec else tiled._sig_byte),),
                    launch_bounds=LAUNCH_BOUNDS if two else SM70_LAUNCH_BOUNDS,
-                   min_cc=TWO_CTA_MIN_CC if two else (0, 0),
-                   max_cc=(99, 99) if two else (TWO_CTA_MIN_CC[0] - 1, 99))
+                   **tiled.form_cc_range(not two))
         for two in (True, False) for vec in (True, False)
     ) + (KernelSpec("attention.tiled_wide.combine", frozen.combine_kernel.py_func,
                     frozen._combine_sigs),),
