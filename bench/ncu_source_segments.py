@@ -5,11 +5,14 @@ barriers (``BAR``), which in this project's kernels are the phases of a tile or 
 
 Per segment: instructions in it, instructions executed (warp level), share of all warp
 stall samples, shared-memory wavefronts against the ideal (bank conflicts), the largest
-stall reasons (as shares of the segment's samples) and the commonest executed opcodes.
+stall reasons (as shares of the segment's samples) and the commonest executed opcodes;
+``--mix N`` adds each segment's N commonest opcodes with their modifiers (``IMAD.MOV.U32``
+apart from ``IMAD``) and their executed counts, to tell moves and address work from math.
 
     ncu --set full --import-source no -k regex:split_kernel -c 1 -o rep python3 ...
     ncu -i rep.ncu-rep --page source --csv --print-source sass > source.csv
     python3 bench/ncu_source_segments.py source.csv [--min-share 0.5] [--json out.json] [--loops]
+                                          [--mix 12]
 """
 from __future__ import annotations
 
@@ -33,11 +36,16 @@ def _num(text):
         return 0.0
 
 
-def _opcode(source):
+def _full_opcode(source):
+    """The instruction's opcode with its modifiers (``IMAD.MOV.U32``), predicate dropped."""
     words = source.split()
     if words and words[0].startswith("@"):
         words = words[1:]
-    return words[0].split(".")[0] if words else ""
+    return words[0] if words else ""
+
+
+def _opcode(source):
+    return _full_opcode(source).split(".")[0]
 
 
 def read_rows(path):
@@ -50,12 +58,14 @@ def read_rows(path):
 
 def _stretch(first):
     return dict(first=first, n=0, executed=0.0, samples=0.0, wavefronts=0.0,
-                wavefronts_ideal=0.0, stalls=collections.Counter(), ops=collections.Counter())
+                wavefronts_ideal=0.0, stalls=collections.Counter(), ops=collections.Counter(),
+                ops_full=collections.Counter())
 
 
 def _add(cur, r, ix, stall_cols):
     """Add instruction row ``r`` to the sums of stretch ``cur``; returns its opcode."""
-    op = _opcode(r[ix["Source"]])
+    full = _full_opcode(r[ix["Source"]])
+    op = full.split(".")[0]
     ex = _num(r[ix[EXECUTED]])
     cur["n"] += 1
     cur["executed"] += ex
@@ -65,6 +75,7 @@ def _add(cur, r, ix, stall_cols):
     for c in stall_cols:
         cur["stalls"][c[len("stall_"):]] += _num(r[ix[c]])
     cur["ops"][op] += ex
+    cur["ops_full"][full] += ex
     return op
 
 
@@ -139,7 +150,9 @@ def loop_summary(lps, total, min_share=1.0, top=5):
     return "\n".join(lines)
 
 
-def summary(segs, min_share=0.5, top=6):
+def summary(segs, min_share=0.5, top=6, mix=0):
+    """The per-segment report; ``mix``: also each segment's ``mix`` commonest opcodes with
+    modifiers, in millions of warp instructions executed."""
     total = sum(s["samples"] for s in segs) or 1.0
     lines = [f"total stall samples {total:.0f}"]
     overall = collections.Counter()
@@ -158,6 +171,9 @@ def summary(segs, min_share=0.5, top=6):
                      f"(ideal {s['wavefronts_ideal']:.3g})")
         lines.append(f"    stalls: {st}")
         lines.append(f"    opcodes: {ops}")
+        if mix:
+            lines.append("    executed (M): " + ", ".join(
+                f"{k} {v / 1e6:.2f}" for k, v in s["ops_full"].most_common(mix)))
     lines.append("overall stalls: " + ", ".join(f"{k} {100 * v / total:.1f}%"
                                                 for k, v in overall.most_common(12)))
     return "\n".join(lines)
@@ -171,15 +187,18 @@ def main(argv=None):
     ap.add_argument("--json", default=None, help="write the segments here")
     ap.add_argument("--loops", action="store_true",
                     help="also one line per loop (backward branch) with >= 1%% of the samples")
+    ap.add_argument("--mix", type=int, default=0, metavar="N",
+                    help="also each segment's N commonest opcodes with modifiers, executed (M)")
     args = ap.parse_args(argv)
     header, rows = read_rows(args.csv)
     segs = segments(header, rows)
-    print(summary(segs, args.min_share))
+    print(summary(segs, args.min_share, mix=args.mix))
     if args.loops:
         print(loop_summary(loops(header, rows), sum(x["samples"] for x in segs)))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump([dict(s, stalls=dict(s["stalls"]), ops=dict(s["ops"])) for s in segs],
+            json.dump([dict(s, stalls=dict(s["stalls"]), ops=dict(s["ops"]),
+                            ops_full=dict(s["ops_full"])) for s in segs],
                       fh, indent=1)
     return 0
 

@@ -33,7 +33,8 @@
 #                     each ATTN_OPTIONS generator option set, bytes checked against the registered
 #                     tiled_compact kernel, timed interleaved at 261888),
 #           ncu-attn (per-instruction Nsight Compute report of one attention split launch at 261888,
-#                     summed per phase by bench/ncu_source_segments.py; NCU_ATTN_VARIANT,
+#                     summed per phase by bench/ncu_source_segments.py, opcodes with modifiers
+#                     too (--mix); NCU_ATTN_VARIANT,
 #                     default tiled_compact)
 set -u
 out=${1:?usage: run_all_gpu.sh OUTDIR STAGE...}
@@ -136,7 +137,7 @@ for stage in "$@"; do
       ncu -i "$out/ncu_attn_$v.ncu-rep" --page source --csv --print-source sass \
           > "$out/ncu_attn_${v}_source.csv" || rc=1
       ncu -i "$out/ncu_attn_$v.ncu-rep" --page details > "$out/ncu_attn_${v}_details.txt" || rc=1
-      python3 bench/ncu_source_segments.py "$out/ncu_attn_${v}_source.csv" \
+      python3 bench/ncu_source_segments.py "$out/ncu_attn_${v}_source.csv" --mix 12 \
           | tee "$out/ncu_attn_${v}_segments.txt" || rc=1 ;;
     prep-forms)
       python3 bench/profile_kernels.py gdn --T 65536 --variants chunked_rec_pipe \

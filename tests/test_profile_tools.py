@@ -228,8 +228,35 @@ def test_ncu_source_segments_split_at_barriers_and_sum_each_phase(tmp_path):
     assert segs[0]["stalls"] == {"short_sb": 8, "selected": 12}
     assert segs[0]["ops"] == {"LDS": 100, "FFMA": 100, "BAR": 50}
     assert segs[1]["ops"] == {"FFMA": 400}
+    assert segs[0]["ops_full"] == {"LDS.128": 100, "FFMA": 100, "BAR.SYNC.DEFER_BLOCKING": 50}
     text = N.summary(segs)
     assert "segment 0: 3 instructions" in text and "50.0% of samples" in text
+    assert "executed (M)" not in text
+    assert "executed (M)" not in N.summary(segs)
+
+
+def test_ncu_source_segments_mix_keeps_modifiers_apart(tmp_path):
+    """``--mix``: per segment, the commonest opcodes with their modifiers (a move written as
+    ``IMAD.MOV.U32`` apart from a multiply-add ``IMAD``), in millions executed."""
+    from bench import ncu_source_segments as N
+
+    head = ["Address", "Source", N.SAMPLES, N.EXECUTED]
+    body = [["0x0", "  IMAD.MOV.U32 R1, RZ, RZ, R2", "1", "3000000"],
+            ["0x10", "  @!P1 IMAD R3, R4, R5, R6", "1", "1500000"],
+            ["0x20", "  IMAD.MOV.U32 R7, RZ, RZ, R8", "1", "2000000"],
+            ["0x30", "  FFMA R1, R4, R5, R1", "1", "250000"]]
+    path = tmp_path / "source.csv"
+    path.write_text("\n".join(",".join(f'"{c}"' for c in r)
+                              for r in [["Kernel Name", "k"], head] + body) + "\n")
+    header, rows = N.read_rows(path)
+    segs = N.segments(header, rows)
+    assert segs[0]["ops"] == {"IMAD": 6500000, "FFMA": 250000}
+    assert segs[0]["ops_full"] == {"IMAD.MOV.U32": 5000000, "IMAD": 1500000, "FFMA": 250000}
+    assert "    executed (M): IMAD.MOV.U32 5.00, IMAD 1.50\n" in N.summary(segs, mix=2)
+    out = tmp_path / "segs.json"
+    assert N.main([str(path), "--mix", "3", "--json", str(out)]) == 0
+    import json
+    assert json.loads(out.read_text())[0]["ops_full"]["IMAD.MOV.U32"] == 5000000
 
 
 def test_ncu_source_loops_follow_backward_branches(tmp_path):
