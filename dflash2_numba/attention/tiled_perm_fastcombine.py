@@ -1,0 +1,70 @@
+"""``tiled_perm``'s split kernel followed by the batched combine ("tiled_perm_fastcombine").
+
+Keeps: contract A bit for bit. The split kernels are ``tiled_perm``'s (the same compiled
+kernels, launched under this variant's names; both forms, ``tiled_compact``'s sm_70 one
+below compute capability 8.0), and the combine is ``combine_batched``'s, which forms every
+value of frozen's combine with the same expressions in the same order
+(``combine_batched``'s docstring).
+
+Why a variant of its own: the combine is the only change, so one benchmark run of this and
+``tiled_perm`` side by side measures what the batched combine saves per layer. Prediction
+(``bench/attention_fast_notes.md``, tenth round; not measured): frozen's combine is a chain
+of about 240 global-load latencies at A = 80, about 30 us a layer, and the batched one
+needs about 8 (one for ``lse``, five batches of ``partial``, the launch), about 4 us: some
+0.4 ms less per 16 layers at 261888 tokens.
+"""
+from __future__ import annotations
+
+from .._dynshared import DynShared
+from .._registry import KernelSpec, Variant, launch, register
+from . import combine_batched, tiled
+from . import tiled_compact as TC
+from . import tiled_perm as TP
+from .frozen import _combine_sigs
+
+NAME = "tiled_perm_fastcombine"
+
+
+def _split_name(D, vec, perm=True):
+    return (f"attention.{NAME}.split.d{D}" + ("" if vec else ".bytes")
+            + ("" if perm else ".sm70"))
+
+
+def supports(plan: dict) -> None:
+    tiled.check_rows(plan, NAME)
+    tiled.check_shared_fits(NAME, TP._SMEM_BYTES[plan["D"], TP.perm_here()])
+    combine_batched.check_splits(plan, NAME)
+
+
+def split_launch(plan):
+    """(name, kernel, grid, args) of the plan's split launch: ``tiled_perm``'s, renamed."""
+    D, vec, grid, args = tiled.split_operands(plan)
+    perm = TP.perm_here()
+    return (_split_name(D, vec, perm), DynShared(TP._kernels[D, vec, perm], TP._SMEM_BYTES[D, perm]),
+            grid, args)
+
+
+def run(plan, stream) -> None:
+    name, kern, grid, args = plan.launch_setup(f"{NAME}.split", split_launch)
+    launch(name, kern, grid, TC.NT, stream, *args)
+    combine_batched.launch_combine(plan, stream, f"attention.{NAME}.combine")
+
+
+VARIANT = register(Variant(
+    name=NAME,
+    family="attention",
+    description="tiled_perm's split kernel, then a combine that stages each row's lse in "
+                "shared memory and loads partial 16 splits at a time (64-thread CTAs per "
+                "64 output columns) instead of one load per loop step",
+    contract="A (q8 verification attention), bit-identical to frozen",
+    kernels=tuple(
+        KernelSpec(_split_name(D, vec, perm), TP._pyfuncs[D, vec, perm],
+                   ((tiled._sig_vec if vec else tiled._sig_byte),),
+                   **tiled.form_cc_range(not perm))
+        for perm in (True, False) for D in (256, 128, 64) for vec in (True, False)
+    ) + (KernelSpec(f"attention.{NAME}.combine", combine_batched.combine_pyfunc,
+                    _combine_sigs),),
+    run=run,
+    supports=supports,
+    bitwise_reference="frozen",
+))
