@@ -15,9 +15,8 @@ needs about 8 (one for ``lse``, five batches of ``partial``, the launch), about 
 """
 from __future__ import annotations
 
-from .._dynshared import DynShared
 from .._registry import KernelSpec, Variant, launch, register
-from . import combine_batched, tiled
+from . import combine_batched
 from . import tiled_compact as TC
 from . import tiled_perm as TP
 from .frozen import _combine_sigs
@@ -25,27 +24,14 @@ from .frozen import _combine_sigs
 NAME = "tiled_perm_fastcombine"
 
 
-def _split_name(D, vec, perm=True):
-    return (f"attention.{NAME}.split.d{D}" + ("" if vec else ".bytes")
-            + ("" if perm else ".sm70"))
-
-
 def supports(plan: dict) -> None:
-    tiled.check_rows(plan, NAME)
-    tiled.check_shared_fits(NAME, TP._SMEM_BYTES[plan["D"], TP.perm_here()])
+    TP.supports(plan, NAME)
     combine_batched.check_splits(plan, NAME)
 
 
-def split_launch(plan):
-    """(name, kernel, grid, args) of the plan's split launch: ``tiled_perm``'s, renamed."""
-    D, vec, grid, args = tiled.split_operands(plan)
-    perm = TP.perm_here()
-    return (_split_name(D, vec, perm), DynShared(TP._kernels[D, vec, perm], TP._SMEM_BYTES[D, perm]),
-            grid, args)
-
-
 def run(plan, stream) -> None:
-    name, kern, grid, args = plan.launch_setup(f"{NAME}.split", split_launch)
+    name, kern, grid, args = plan.launch_setup(
+        f"{NAME}.split", lambda p: TP.split_launch(p, variant=NAME))
     launch(name, kern, grid, TC.NT, stream, *args)
     combine_batched.launch_combine(plan, stream, f"attention.{NAME}.combine")
 
@@ -57,13 +43,8 @@ VARIANT = register(Variant(
                 "shared memory and loads partial 16 splits at a time (64-thread CTAs per "
                 "64 output columns) instead of one load per loop step",
     contract="A (q8 verification attention), bit-identical to frozen",
-    kernels=tuple(
-        KernelSpec(_split_name(D, vec, perm), TP._pyfuncs[D, vec, perm],
-                   ((tiled._sig_vec if vec else tiled._sig_byte),),
-                   **tiled.form_cc_range(not perm))
-        for perm in (True, False) for D in (256, 128, 64) for vec in (True, False)
-    ) + (KernelSpec(f"attention.{NAME}.combine", combine_batched.combine_pyfunc,
-                    _combine_sigs),),
+    kernels=TP.split_specs(NAME) + (KernelSpec(f"attention.{NAME}.combine",
+                                               combine_batched.combine_pyfunc, _combine_sigs),),
     run=run,
     supports=supports,
     bitwise_reference="frozen",
