@@ -31,6 +31,9 @@ Modes
                 shape (to run under ``ncu -k regex:split_kernel``), and its event median.
   ``attn-ab``   ``tiled_compact``'s split kernel under each ``--attn-options`` generator
                 option set (same bits, checked): interleaved event medians.
+  ``attn-combine`` the combine steps alone on one split workspace (``--attn-ctx``, production
+                shape): frozen's and ``combine_batched``'s, outputs compared byte for byte,
+                then interleaved event medians, beside the split kernel alone.
 
 Timing: CUDA events around ``--inner`` back-to-back launches after one warm-up launch,
 median of ``--reps``. Writes ``profile_<mode>.json`` to --out. Example (one device call):
@@ -473,10 +476,45 @@ def mode_attn_ab(args):
             for entry, d in entries.items()]
 
 
+def mode_attn_combine(args):
+    """Frozen's combine and the batched one (``tiled_perm_fastcombine``'s), each alone on the
+    workspace of one ``tiled_perm`` split launch: their FP16 outputs compared byte for byte
+    (after sentinel fill), then CUDA-event medians in interleaved rounds, with the split
+    kernel alone for scale."""
+    from dflash2_numba._registry import launch
+    from dflash2_numba.attention import combine_batched, frozen
+    from dflash2_numba.attention import tiled_compact as TC
+    from dflash2_numba.attention import tiled_perm as TP
+
+    plan, ws, ctx = _attn_plan("tiled_perm", args.attn_ctx, args.attn_splits)
+    name, kern, grid, kargs = TP.split_launch(plan)
+    stream = cuda.default_stream()
+    steps = {"split kernel (tiled_perm)": lambda: launch(name, kern, grid, TC.NT, stream, *kargs),
+             "combine (frozen)": lambda: frozen.launch_combine(plan, stream, "ab.frozen.combine"),
+             "combine (batched)": lambda: combine_batched.launch_combine(
+                 plan, stream, "ab.batched.combine")}
+    ws.fill_sentinel()
+    steps["split kernel (tiled_perm)"]()
+    outs = {}
+    for what in ("combine (frozen)", "combine (batched)"):
+        plan.out.copy_to_device(np.full(plan.out.shape, -777.0, plan.out.dtype))
+        steps[what]()
+        cuda.synchronize()
+        outs[what] = host(plan.out).tobytes()
+    same = outs["combine (frozen)"] == outs["combine (batched)"]
+    log(f"batched combine: same FP16 output bytes as frozen's: {same}")
+    ms = {what: [] for what in steps}
+    for _ in range(args.rounds):
+        for what, go in steps.items():
+            ms[what].append(event_median_ms(go, args.reps, args.inner))
+    return [dict(what=f"{what}, one layer at {ctx}", same_bytes=same if "combine" in what else None,
+                 ms=float(np.median(v)), rounds=v) for what, v in ms.items()]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("mode", choices=["gdn", "leave-out", "phase-clock", "gdn-once", "attn-once",
-                                     "attn-ab"])
+                                     "attn-ab", "attn-combine"])
     ap.add_argument("--T", type=int, default=65536)
     ap.add_argument("--sweep", default="", help="state-pass configurations COLSxTHREADSxSTAGE_KP")
     ap.add_argument("--ws-sweep", default="",
@@ -495,8 +533,9 @@ def main(argv=None):
     ap.add_argument("--gdn-variant", default="chunked_split", help="gdn-once: the variant")
     ap.add_argument("--attn-variant", default="tiled")
     ap.add_argument("--attn-ctx", type=int, default=261888,
-                    help="attn-ab: the context (tokens) of the production-shape plan")
-    ap.add_argument("--attn-splits", type=int, default=80, help="attn-ab: the plan's splits")
+                    help="attn-ab, attn-combine: the context (tokens) of the production-shape plan")
+    ap.add_argument("--attn-splits", type=int, default=80,
+                    help="attn-ab, attn-combine: the plan's splits")
     ap.add_argument("--attn-ab-variant", default="tiled_compact", choices=["tiled_compact", "tiled_wide"],
                     help="attn-ab: whose split kernel the options build")
     ap.add_argument("--attn-options", default="defer_o=1;defer_o=0",
@@ -505,7 +544,7 @@ def main(argv=None):
                          "ATTN_FLAG_OPTIONS 0/1; score_steps and pv_keys 4/8/16; score_depth "
                          "and pv_depth 2/4)")
     ap.add_argument("--rounds", type=int, default=5,
-                    help="attn-ab, gdn --prep-solve: interleaved timing rounds")
+                    help="attn-ab, attn-combine, gdn --prep-solve: interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--inner", type=int, default=3)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -515,6 +554,8 @@ def main(argv=None):
         rows = mode_attn_once(args)
     elif args.mode == "attn-ab":
         rows = mode_attn_ab(args)
+    elif args.mode == "attn-combine":
+        rows = mode_attn_combine(args)
     else:
         inputs = gdn_inputs(args.T)
         if args.mode == "gdn-once":

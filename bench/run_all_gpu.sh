@@ -32,6 +32,8 @@
 #           attn-ab (ATTN_AB_VARIANT's split kernel, tiled_compact (default) or tiled_wide, under
 #                     each ATTN_OPTIONS generator option set, bytes checked against the registered
 #                     tiled_compact kernel, timed interleaved at 261888),
+#           attn-combine (frozen's combine and the batched one alone on one tiled_perm split
+#                     workspace at 261888: output bytes compared, interleaved event medians),
 #           ncu-attn (per-instruction Nsight Compute report of one attention split launch at 261888,
 #                     summed per phase by bench/ncu_source_segments.py, opcodes with modifiers
 #                     too (--mix); NCU_ATTN_VARIANT,
@@ -129,6 +131,10 @@ for stage in "$@"; do
           --attn-options "${ATTN_OPTIONS:-defer_o=1;defer_o=0}" \
           --rounds "${ATTN_ROUNDS:-7}" --out "$out" > "$out/attn_ab.log" 2>&1; rc=$?
       tail -n 20 "$out/attn_ab.log" ;;
+    attn-combine)
+      python3 bench/profile_kernels.py attn-combine --rounds "${ATTN_ROUNDS:-7}" --out "$out" \
+          > "$out/attn_combine.log" 2>&1; rc=$?
+      grep -E "same|'what'" "$out/attn_combine.log" | cut -c1-160 ;;
     ncu-attn)
       v=${NCU_ATTN_VARIANT:-tiled_compact}
       ncu --clock-control none --set full --import-source no -k regex:split_kernel -c 1 \

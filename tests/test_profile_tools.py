@@ -602,3 +602,20 @@ def test_attention_option_ab_checks_each_option_set_against_the_registered_kerne
     rows = json.loads((tmp_path / "profile_attn-ab.json").read_text())
     assert [r["what"].split(" split")[0] for r in rows] == ["tiled_wide"] * 3
     assert [r["same_bytes"] for r in rows] == [True, True, True]
+
+
+def test_attention_combine_ab_times_both_combines_on_one_workspace(tmp_path):
+    """``profile_kernels.py attn-combine`` (the tool that times frozen's and the batched
+    combine alone on the GPU) runs both on one split workspace and finds the same FP16 output
+    bytes (a short context and four splits, for the simulator)."""
+    import json
+
+    from bench.profile_kernels import main
+
+    assert main(["attn-combine", "--attn-ctx", "200", "--attn-splits", "4", "--rounds", "1",
+                 "--reps", "1", "--inner", "1", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "profile_attn-combine.json").read_text())
+    assert [r["what"].split(",")[0] for r in rows] == [
+        "split kernel (tiled_perm)", "combine (frozen)", "combine (batched)"]
+    assert [r["same_bytes"] for r in rows] == [None, True, True]
+    assert all(len(r["rounds"]) == 1 for r in rows)     # (the simulator's events time nothing)
