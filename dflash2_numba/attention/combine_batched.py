@@ -11,9 +11,9 @@ Only where each operand is loaded from, and when, differs.
 
 Why: frozen's combine runs one 256-thread CTA per row (48 CTAs at the production shape) and
 loads each split's ``lse`` and ``partial`` inside the loop that uses them. Each of its
-3 x A loop iterations then waits for a global load, so at A = 80 the kernel is a chain of
-about 240 load latencies (estimated 30 us a layer: `bench/attention_fast_notes.md`,
-tenth round).
+3 x A loop iterations then waits for a global load, so at A = 80 the kernel is, by estimate,
+a chain of 100-240 load latencies, 20-40 us a layer (``bench/attention_fast_notes.md``,
+tenth round; not measured yet).
 
 Layout: one CTA of ``COLS`` = 64 threads per (b, t, h, group of 64 columns), grid
 ``(B, Q, Hq * ceil(D / 64))``:

@@ -8,10 +8,11 @@ value of frozen's combine with the same expressions in the same order
 
 Why a variant of its own: the combine is the only change, so one benchmark run of this and
 ``tiled_perm`` side by side measures what the batched combine saves per layer. Prediction
-(``bench/attention_fast_notes.md``, tenth round; not measured): frozen's combine is a chain
-of about 240 global-load latencies at A = 80, about 30 us a layer, and the batched one
-needs about 8 (one for ``lse``, five batches of ``partial``, the launch), about 4 us: some
-0.4 ms less per 16 layers at 261888 tokens.
+(``bench/attention_fast_notes.md``, tenth round; not measured): frozen's combine is, by
+estimate, a chain of 100-240 load latencies at A = 80 (the graph replay leaves about 38 us a
+layer beside the split kernel's ncu time), and the batched one needs about 8 (one for
+``lse``, five batches of ``partial``, the launch), about 4 us: some 0.4-0.5 ms less per 16
+layers at 261888 tokens.
 """
 from __future__ import annotations
 
