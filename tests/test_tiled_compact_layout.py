@@ -230,12 +230,14 @@ def test_each_target_compiles_one_schedule(variant, n_split):
     dict(loop32=True), dict(loop32=True, pv_keys=16, score_steps=4),
     dict(D=256, loop32=True, k_perm=True, pv_pairs=True),
     dict(nan_once=True), dict(D=128, nan_once=True, k_late=True),
-    dict(D=256, nan_once=True, k_perm=True, loop32=True)],
+    dict(D=256, nan_once=True, k_perm=True, loop32=True),
+    dict(q_batch=8), dict(D=256, k_perm=True, nan_once=True, k_late=True, q_batch=8)],
     ids=lambda o: "-".join(f"{k}{int(v)}" for k, v in o.items()))
-def test_schedule_options_keep_the_bytes(options):
+def test_schedule_options_keep_the_bytes(options, poisoned_dynamic_shared_memory):
     """The measurement options of the generator (K16 steps per score iteration, keys per PV
     iteration, operand sets in flight, where the next tile's K is loaded and decoded, the PV
-    lanes' row groups) change the schedule only: same partial and lse bytes."""
+    lanes' row groups, q loads in flight) change the schedule only: same partial and lse
+    bytes."""
     from dflash2_numba._compat import cuda
 
     options = dict(options)
@@ -262,7 +264,7 @@ def test_schedule_options_keep_the_bytes(options):
     assert _host(ws.partial).tobytes() == ref[0].tobytes()
     assert _host(ws.lse).tobytes() == ref[1].tobytes()
     for bad in (dict(score_steps=6), dict(score_depth=3), dict(score_steps=4, score_depth=8),
-                dict(pv_keys=4, pv_depth=8), dict(pv_depth=1)):
+                dict(pv_keys=4, pv_depth=8), dict(pv_depth=1), dict(q_batch=3)):
         with pytest.raises(ValueError):
             TC._source(64, True, **bad)
 

@@ -111,19 +111,42 @@ def emit_head(e, D, after_smem=(), after_roles=(), roles=None):
         e(1, line)
 
 
-def emit_q_and_lengths(e, D, L, nt=NT):
+def emit_q_and_lengths(e, D, L, nt=NT, q_batch=0):
     """q * 2^112 into shared memory (``nt`` threads), this thread's row length, the CTA's
-    shortest row, the NaN flags cleared, and the running (m, l)."""
+    shortest row, the NaN flags cleared, and the running (m, l). ``q_batch``: 0, a loop
+    with one q load per iteration (the registered kernels); n > 0, the thread's
+    ``RC * D / nt`` elements written out in groups of n: the group's n loads first, with no
+    branch between them (a row past G*Q loads row G*Q - 1 and stores 0), then its values and
+    stores, so n loads are in flight at once (the same values to the same addresses)."""
     e(1, "# ---- q * 2^112 into shared memory (rows past G*Q: zeros) ----")
-    e(1, f"for idx in range(tid, {RC * D}, {nt}):")
-    e(2, f"rr = idx // {D}")
-    e(2, f"i = idx - rr * {D}")
-    e(2, "gr = rg * 16 + rr")
-    e(2, "val = F32_ZERO")
-    e(2, "if gr < GQ:")
-    e(3, "g = gr // Q")
-    e(3, "val = np.float32(q[b, gr - g * Q, hk * G + g, i]) * Q_SCALE")
-    e(2, f"st1(sm, {L['QS']} + (i >> 4) * {L['QS_SL']} + (i & 15) * {RC} + rr, val)")
+    if not q_batch:
+        e(1, f"for idx in range(tid, {RC * D}, {nt}):")
+        e(2, f"rr = idx // {D}")
+        e(2, f"i = idx - rr * {D}")
+        e(2, "gr = rg * 16 + rr")
+        e(2, "val = F32_ZERO")
+        e(2, "if gr < GQ:")
+        e(3, "g = gr // Q")
+        e(3, "val = np.float32(q[b, gr - g * Q, hk * G + g, i]) * Q_SCALE")
+        e(2, f"st1(sm, {L['QS']} + (i >> 4) * {L['QS_SL']} + (i & 15) * {RC} + rr, val)")
+    else:
+        if (RC * D) % nt or ((RC * D) // nt) % q_batch:
+            raise ValueError(f"q_batch: a divisor of the {(RC * D) // nt} q elements a thread stages")
+        per = (RC * D) // nt
+        for k0 in range(0, per, q_batch):
+            for k in range(k0, k0 + q_batch):      # the loads: no branch between them
+                e(1, f"rr{k} = (tid + {nt * k}) // {D}")
+                e(1, f"i{k} = tid + {nt * k} - rr{k} * {D}")
+                e(1, f"gr{k} = rg * 16 + rr{k}")
+                e(1, f"grc{k} = min(gr{k}, GQ - 1)             # a row that exists (GQ >= 1)")
+                e(1, f"g{k} = grc{k} // Q")
+                e(1, f"x{k} = q[b, grc{k} - g{k} * Q, hk * G + g{k}, i{k}]")
+            for k in range(k0, k0 + q_batch):      # then the values (0 past G*Q) and stores
+                e(1, f"val{k} = np.float32(x{k}) * Q_SCALE")
+                e(1, f"if gr{k} >= GQ:")
+                e(2, f"val{k} = F32_ZERO")
+                e(1, f"st1(sm, {L['QS']} + (i{k} >> 4) * {L['QS_SL']} + (i{k} & 15) * {RC} + rr{k}, "
+                     f"val{k})")
     e(1, "gr_s = rg * 16 + r")
     e(1, "my_len = 0")
     e(1, "if gr_s < GQ:")

@@ -131,7 +131,7 @@ def _pv_pair_roles(D, pv_pairs):
 
 def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_depth=2,
             k_late=False, pv_pairs=False, k_perm=False, loop32=False, nan_once=False,
-            u_pack=False):
+            u_pack=False, q_batch=0):
     """Python source of the split kernel for head dim D; ``VEC``: 16-byte cache loads (else
     four 4-byte loads per chunk). Both share every other line. ``defer_o`` (a schedule
     option, same bits): apply O = fma(O, alpha, T) at the start of the next tile's PV, as
@@ -162,7 +162,9 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     per chunk (which the compiler splits into one per word). ``u_pack``: the slice sums u in
     rows of 32 floats with row r's keys rotated by 8 (r mod 4) + 16 (r div 8) (still one
     bank each for the Kahan reads and the 16-byte stores), not in padded rows: the
-    registered sm_70 form's layout (not with ``k_perm``).
+    registered sm_70 form's layout (not with ``k_perm``). ``q_batch``: stage q with that many
+    global loads in flight per thread (``emit_q_and_lengths``; 0, the registered kernels' loop
+    with one load per iteration).
     Which products are formed and in what order does not change."""
     if score_steps not in (4, 8, 16) or pv_keys not in (4, 8, 16):
         raise ValueError("score_steps and pv_keys: 4, 8 or 16 (an even divisor of 16)")
@@ -272,7 +274,7 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
         "t = cuda.local.array(32, np.float32)",
         *(u_pack_store_columns(u_rot_128, lambda q: f"8 * srg + {q}", 4) if u_pack else []),
     ])
-    emit_q_and_lengths(e, D, L)
+    emit_q_and_lengths(e, D, L, q_batch=q_batch)
     e(1, "# ---- the first tile: each chunk's page, cache offsets, K loads and decode ----")
     e(1, f"j0 = first * {TILE_KEYS} + lk0")
     e(1, "slot0 = j0 - (j0 // page_size) * page_size       # chunk 0's slot in its page")
