@@ -445,7 +445,8 @@ def mode_attn_ab(args):
     """The split kernel of ``--attn-ab-variant`` (``tiled_compact`` or ``tiled_wide``) built
     with each ``--attn-options`` entry (schedule options of its generator, same bits;
     tiled_compact: ``defer_o``, ``score_steps``, ``pv_keys``, ``score_depth``, ``pv_depth``,
-    ``k_late``, ``pv_pairs``, ``k_perm``, ``loop32``, ``nan_once``, ``u_pack``; tiled_wide:
+    ``k_late``, ``pv_pairs``, ``k_perm``, ``loop32``, ``nan_once``, ``u_pack``, ``q_batch``;
+    tiled_wide:
     ``score_steps``, ``pv_keys``, ``loop32``, ``u_pack``): partial and lse compared byte for byte with
     the registered ``tiled_compact`` kernel's (frozen's bytes) after sentinel fill, then
     CUDA-event medians in interleaved rounds."""
