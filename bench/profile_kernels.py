@@ -422,7 +422,8 @@ def _attn_plan(variant, ctx=261888, splits=80):
 
 
 # tiled_compact generator options that are on / off (the others are counts)
-ATTN_FLAG_OPTIONS = ("defer_o", "k_late", "pv_pairs", "k_perm", "loop32", "nan_once", "u_pack")
+ATTN_FLAG_OPTIONS = ("defer_o", "k_late", "pv_pairs", "k_perm", "loop32", "nan_once", "u_pack",
+                     "u_mul_first")
 
 
 def _ab_split_launch(target, plan, opts):
@@ -445,7 +446,8 @@ def mode_attn_ab(args):
     """The split kernel of ``--attn-ab-variant`` (``tiled_compact`` or ``tiled_wide``) built
     with each ``--attn-options`` entry (schedule options of its generator, same bits;
     tiled_compact: ``defer_o``, ``score_steps``, ``pv_keys``, ``score_depth``, ``pv_depth``,
-    ``k_late``, ``pv_pairs``, ``k_perm``, ``loop32``, ``nan_once``, ``u_pack``, ``q_batch``;
+    ``k_late``, ``pv_pairs``, ``k_perm``, ``loop32``, ``nan_once``, ``u_pack``, ``q_batch``,
+    ``u_mul_first``;
     tiled_wide:
     ``score_steps``, ``pv_keys``, ``loop32``, ``u_pack``): partial and lse compared byte for byte with
     the registered ``tiled_compact`` kernel's (frozen's bytes) after sentinel fill, then

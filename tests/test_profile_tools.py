@@ -588,12 +588,13 @@ def test_attention_option_ab_checks_each_option_set_against_the_registered_kerne
 
     from bench.profile_kernels import main
 
-    opts = "defer_o=1;defer_o=1,k_perm=1,pv_pairs=1,k_late=1;defer_o=1,u_pack=1"
+    opts = ("defer_o=1;defer_o=1,k_perm=1,pv_pairs=1,k_late=1;defer_o=1,u_pack=1;"
+            "defer_o=1,k_perm=1,nan_once=1,k_late=1,u_mul_first=1,q_batch=8,loop32=1")
     assert main(["attn-ab", "--attn-ctx", "40", "--attn-splits", "2", "--attn-options", opts,
                  "--rounds", "1", "--reps", "1", "--inner", "1", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "profile_attn-ab.json").read_text())
     assert [r["what"].split("options ")[1].split(", one layer")[0] for r in rows] == opts.split(";")
-    assert [r["same_bytes"] for r in rows] == [True, True, True]
+    assert [r["same_bytes"] for r in rows] == [True, True, True, True]
     # tiled_wide's options, against the same registered tiled_compact bytes
     wide = "score_steps=8;score_steps=16,pv_keys=16,loop32=1;u_pack=1"
     assert main(["attn-ab", "--attn-ab-variant", "tiled_wide", "--attn-ctx", "40",

@@ -220,27 +220,14 @@ def test_each_target_compiles_one_schedule(variant, n_split):
     assert len(names) == n_split
 
 
-@pytest.mark.parametrize("options", [
-    dict(score_steps=4, pv_keys=16), dict(score_steps=16, pv_keys=4),
-    dict(score_depth=4, pv_depth=4), dict(k_late=True), dict(pv_pairs=True),
-    dict(pv_pairs=True, k_late=True, score_steps=4, score_depth=4, pv_keys=4, pv_depth=4),
-    dict(D=256, pv_pairs=True, k_late=True, score_depth=4, pv_depth=4),
-    dict(k_perm=True), dict(D=128, k_perm=True, k_late=True),
-    dict(D=256, k_perm=True), dict(D=256, k_perm=True, k_late=True, pv_pairs=True),
-    dict(loop32=True), dict(loop32=True, pv_keys=16, score_steps=4),
-    dict(D=256, loop32=True, k_perm=True, pv_pairs=True),
-    dict(nan_once=True), dict(D=128, nan_once=True, k_late=True),
-    dict(D=256, nan_once=True, k_perm=True, loop32=True),
-    dict(q_batch=8), dict(D=256, k_perm=True, nan_once=True, k_late=True, q_batch=8)],
-    ids=lambda o: "-".join(f"{k}{int(v)}" for k, v in o.items()))
-def test_schedule_options_keep_the_bytes(options, poisoned_dynamic_shared_memory):
-    """The measurement options of the generator (K16 steps per score iteration, keys per PV
-    iteration, operand sets in flight, where the next tile's K is loaded and decoded, the PV
-    lanes' row groups, q loads in flight) change the schedule only: same partial and lse
-    bytes."""
+def _assert_options_keep_the_bytes(options, zero_slices=False):
+    """``tiled_compact``'s split kernel built with ``options`` (``D``: head dim, default 64)
+    writes the registered kernel's partial and lse bytes; ``zero_slices``: some keys' K16
+    slices are all -0 / +0 bytes, q's slice 1 has one sign per token and some q slices are
+    zero, so slice sums whose products are all -0 occur (-0 from an FMUL first, +0 from
+    fma(q, k, +0))."""
     from dflash2_numba._compat import cuda
 
-    options = dict(options)
     D = options.pop("D", 64)
     rng = np.random.default_rng(43)
     c = case(rng, B=1, Q=2, Hq=2, Hkv=1, D=D, page_size=8, seq_lens=[200], strided=False)
@@ -249,6 +236,18 @@ def test_schedule_options_keep_the_bytes(options, poisoned_dynamic_shared_memory
     c["v_cache"][c["block_table"][0, 199 // 8], 199 % 8, 0, 3] = 0x7F
     # and a NaN code in K (key 57): the patched K decode
     c["k_cache"][c["block_table"][0, 57 // 8], 57 % 8, 0, 5] = 0xFF
+    if zero_slices:
+        bt = c["block_table"][0]
+        for key in range(0, 190, 3):            # slice 1 of these keys: -0 (0x80) or +0
+            c["k_cache"][bt[key // 8], key % 8, 0, 16:32] = 0x80 if key % 2 else 0x00
+        for key in range(1, 190, 7):            # every slice of these keys: -0
+            c["k_cache"][bt[key // 8], key % 8, 0, :] = 0x80
+        q = np.array(c["q"])
+        q[0, 0, :, 16:32] = np.abs(q[0, 0, :, 16:32])    # token 0's slice 1 > 0: with K -0
+        q[0, 1, :, 16:32] = -np.abs(q[0, 1, :, 16:32])   # bytes (0x80) every product is -0,
+        q[0, 0, 0, 32:48] = -0.0                # and token 1's < 0: with K +0 bytes too
+        q[0, 1, 1, 0:16] = 0.0                  # zero q slices
+        c["q"] = q
     ws = d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=D, splits=2)
     plan = d2.plan_attention(c["q"], c["k_cache"], c["v_cache"], c["block_table"], c["seq_lens"],
                              scale=c["scale"], k_scale=c["k_scale"], v_scale=c["v_scale"],
@@ -263,6 +262,46 @@ def test_schedule_options_keep_the_bytes(options, poisoned_dynamic_shared_memory
     dyn[grid, TC.NT, 0](*args)
     assert _host(ws.partial).tobytes() == ref[0].tobytes()
     assert _host(ws.lse).tobytes() == ref[1].tobytes()
+
+
+@pytest.mark.parametrize("options", [
+    dict(score_steps=4, pv_keys=16), dict(score_steps=16, pv_keys=4),
+    dict(score_depth=4, pv_depth=4), dict(k_late=True), dict(pv_pairs=True),
+    dict(pv_pairs=True, k_late=True, score_steps=4, score_depth=4, pv_keys=4, pv_depth=4),
+    dict(D=256, pv_pairs=True, k_late=True, score_depth=4, pv_depth=4),
+    dict(k_perm=True), dict(D=128, k_perm=True, k_late=True),
+    dict(D=256, k_perm=True), dict(D=256, k_perm=True, k_late=True, pv_pairs=True),
+    dict(loop32=True), dict(loop32=True, pv_keys=16, score_steps=4),
+    dict(D=256, loop32=True, k_perm=True, pv_pairs=True),
+    dict(nan_once=True), dict(D=128, nan_once=True, k_late=True),
+    dict(D=256, nan_once=True, k_perm=True, loop32=True),
+    dict(q_batch=8), dict(D=256, k_perm=True, nan_once=True, k_late=True, q_batch=8),
+    dict(u_mul_first=True), dict(u_mul_first=True, score_steps=16),
+    dict(u_mul_first=True, score_steps=4, loop32=True, score_depth=4),
+    dict(D=256, k_perm=True, nan_once=True, k_late=True, u_mul_first=True)],
+    ids=lambda o: "-".join(f"{k}{int(v)}" for k, v in o.items()))
+def test_schedule_options_keep_the_bytes(options, poisoned_dynamic_shared_memory):
+    """The measurement options of the generator (K16 steps per score iteration, keys per PV
+    iteration, operand sets in flight, where the next tile's K is loaded and decoded, the PV
+    lanes' row groups, q loads in flight, FMUL-first slice sums) change the schedule only:
+    same partial and lse bytes."""
+    _assert_options_keep_the_bytes(dict(options))
+
+
+@pytest.mark.parametrize("options", [dict(u_mul_first=True),
+                                     dict(D=256, k_perm=True, nan_once=True, k_late=True,
+                                          u_mul_first=True)],
+                         ids=["d64", "d256-perm"])
+def test_mul_first_keeps_the_bytes_where_slice_sums_are_zero(options,
+                                                             poisoned_dynamic_shared_memory):
+    """``u_mul_first``: a slice sum whose products are all zero is -0 where the first
+    product is -0 (an FMUL) and +0 in the registered kernel (fma(q, k, +0)); the Kahan step
+    makes the scores the same, so partial and lse keep their bytes with K slices of 0x80 /
+    0x00 bytes and zero q slices."""
+    _assert_options_keep_the_bytes(dict(options), zero_slices=True)
+
+
+def test_bad_schedule_options_are_refused():
     for bad in (dict(score_steps=6), dict(score_depth=3), dict(score_steps=4, score_depth=8),
                 dict(pv_keys=4, pv_depth=8), dict(pv_depth=1), dict(q_batch=3)):
         with pytest.raises(ValueError):

@@ -455,6 +455,14 @@ def emit_row_tile_helpers(e, rows, names):
                  f"u[{4 * rr + 2}], u[{4 * rr + 3}])")
 
 
+def emit_mul_tile(e, ind, acc, a, b):
+    """The 8 x 4 products acc[4r + c] = a_r * b_c (FMULs: the first step of a sum that is not
+    zeroed first; see ``tiled_compact._source``'s ``u_mul_first``)."""
+    for rr in range(8):
+        for cc in range(4):
+            e(ind, f"{acc}[{4 * rr + cc}] = {a}{rr} * {b}{cc}")
+
+
 def emit_fma_tile(e, ind, acc, a, b):
     """The 8 x 4 fused steps acc[4r + c] = fma(a_r, b_c, acc[4r + c]) (``a``, ``b``: name
     prefixes of the operand registers, e.g. ``q0_`` and ``k0_``)."""
@@ -468,4 +476,4 @@ __all__ = ["NT", "RC", "U_PACK_RS", "u_slice_floats", "u_rot_128", "u_pack_store
            "emit_kahan", "emit_tile_max", "emit_tree_update", "emit_record", "emit_cache_load",
            "emit_chunk_offsets", "emit_decode_chunk", "emit_decode_once", "emit_offsets_advance",
            "emit_pv_next", "emit_row_tile_helpers",
-           "emit_fma_tile"]
+           "emit_fma_tile", "emit_mul_tile"]

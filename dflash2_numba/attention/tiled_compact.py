@@ -62,7 +62,7 @@ from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1, 
                          ldb4_at, ldg4_at, lds4, lt32, mul32, nan_bytes, opaque32, shr32, st1,
                          sts4)
 from ._tiled_source import (NT, RC, U_PACK_RS, Source, emit_cache_load, emit_chunk_offsets,
-                            emit_decode_chunk, emit_decode_once, emit_fma_tile, emit_head, emit_kahan, emit_offsets_advance, emit_pv_next,
+                            emit_decode_chunk, emit_decode_once, emit_fma_tile, emit_head, emit_kahan, emit_mul_tile, emit_offsets_advance, emit_pv_next,
                             emit_q_and_lengths, emit_record, emit_tile_max, emit_tree_update,
                             exec_source, finish_layout, u_pack_store_columns, u_rot_128,
                             u_slice_floats)
@@ -131,7 +131,7 @@ def _pv_pair_roles(D, pv_pairs):
 
 def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_depth=2,
             k_late=False, pv_pairs=False, k_perm=False, loop32=False, nan_once=False,
-            u_pack=False, q_batch=0):
+            u_pack=False, q_batch=0, u_mul_first=False):
     """Python source of the split kernel for head dim D; ``VEC``: 16-byte cache loads (else
     four 4-byte loads per chunk). Both share every other line. ``defer_o`` (a schedule
     option, same bits): apply O = fma(O, alpha, T) at the start of the next tile's PV, as
@@ -164,7 +164,12 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     bank each for the Kahan reads and the 16-byte stores), not in padded rows: the
     registered sm_70 form's layout (not with ``k_perm``). ``q_batch``: stage q with that many
     global loads in flight per thread (``emit_q_and_lengths``; 0, the registered kernels' loop
-    with one load per iteration).
+    with one load per iteration). ``u_mul_first``: each slice sum starts with u = q k (an
+    FMUL) instead of u = 0 and u = fma(q, k, u): the score loop's first iteration is peeled
+    and the 32 accumulators are not zeroed. It differs only in the sign of a sum whose
+    products are all zero, which the Kahan step cannot pass on (s starts at +0 and is never
+    -0, so c is +0 or non-zero, and y = u - c, s + y, (w - s) - y agree for either zero):
+    the scores keep their bits (``bench/attention_fast_notes.md``, tenth round).
     Which products are formed and in what order does not change."""
     if score_steps not in (4, 8, 16) or pv_keys not in (4, 8, 16):
         raise ValueError("score_steps and pv_keys: 4, 8 or 16 (an even divisor of 16)")
@@ -301,27 +306,41 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     e(2, f"for ps in range({NPASS}):")
     e(3, "sl = ps * 8 + 2 * warp + sb")
     e(3, f"if sl < {NSL}:")
-    e(4, "_zero32(u)")
+    if not u_mul_first:
+        e(4, "_zero32(u)")
     e(4, f"qa = {QS} + sl * {QS_SL} + 8 * srg")
     e(4, f"ka = {KS} + sl * {KS_SL} + 4 * kg")
     for d in range(SD - 1):
         score_loads(4, d, _plus("qa", d * RC), _plus("ka", d * TILE_KEYS))
     e(4, "it = np.int32(0)" if loop32 else "it = 0")
+    more = "lt32(add32(it, 1), ns)" if loop32 else "it + 1 < ns"
+
+    def score_iteration(ind, mul_first):
+        """One iteration of the score loop: SS K16 steps (the first an FMUL if
+        ``mul_first``), the next operands loaded SD - 1 steps ahead."""
+        e(ind, f"nqa = qa + {SS * RC} if {more} else qa")
+        e(ind, f"nka = ka + {SS * TILE_KEYS} if {more} else ka")
+        for ii in range(SS):
+            la = ii + SD - 1             # the step whose operands are loaded now
+            if la < SS:
+                score_loads(ind, la % SD, _plus("qa", la * RC), _plus("ka", la * TILE_KEYS))
+            else:
+                score_loads(ind, la % SD, _plus("nqa", (la - SS) * RC),
+                            _plus("nka", (la - SS) * TILE_KEYS))
+            if mul_first and ii == 0:
+                emit_mul_tile(e, ind, "u", f"q{ii % SD}_", f"k{ii % SD}_")
+            else:
+                emit_fma_tile(e, ind, "u", f"q{ii % SD}_", f"k{ii % SD}_")
+        e(ind, "qa = nqa")
+        e(ind, "ka = nka")
+        e(ind, "it = add32(it, 1)" if loop32 else "it += 1")
+
+    if u_mul_first:
+        e(4, "# the first iteration, peeled: u = q k, no zeroing")
+        score_iteration(4, True)
     e(4, f"while {'lt32(it, ns)' if loop32 else 'it < ns'}:                # {16 // SS} x {SS} "
          f"K16 steps; operands {SD - 1} step(s) ahead")
-    more = "lt32(add32(it, 1), ns)" if loop32 else "it + 1 < ns"
-    e(5, f"nqa = qa + {SS * RC} if {more} else qa")
-    e(5, f"nka = ka + {SS * TILE_KEYS} if {more} else ka")
-    for ii in range(SS):
-        la = ii + SD - 1             # the step whose operands are loaded now
-        if la < SS:
-            score_loads(5, la % SD, _plus("qa", la * RC), _plus("ka", la * TILE_KEYS))
-        else:
-            score_loads(5, la % SD, _plus("nqa", (la - SS) * RC), _plus("nka", (la - SS) * TILE_KEYS))
-        emit_fma_tile(e, 5, "u", f"q{ii % SD}_", f"k{ii % SD}_")
-    e(5, "qa = nqa")
-    e(5, "ka = nka")
-    e(5, "it = add32(it, 1)" if loop32 else "it += 1")
+    score_iteration(5, False)
     if u_pack:
         e(4, f"_store_u_rot(sm, {UV} + sl * {U_SL} + {8 * U_PACK_RS} * srg, uc0, uc1, uc2, uc3, u)")
     else:
