@@ -44,10 +44,6 @@ def _full_opcode(source):
     return words[0] if words else ""
 
 
-def _opcode(source):
-    return _full_opcode(source).split(".")[0]
-
-
 def read_rows(path):
     """(header, rows) of the source-page CSV; the first line names the kernel."""
     with open(path, newline="") as fh:
