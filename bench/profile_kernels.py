@@ -480,7 +480,7 @@ def mode_attn_ab(args):
 
 
 def mode_attn_combine(args):
-    """Frozen's combine and the batched one (``tiled_perm_fastcombine``'s), each alone on the
+    """Frozen's combine and the batched one (the register-tiled variants'), each alone on the
     workspace of one ``tiled_perm`` split launch: their FP16 outputs compared byte for byte
     (after sentinel fill), then CUDA-event medians in interleaved rounds, with the split
     kernel alone for scale."""
@@ -494,8 +494,7 @@ def mode_attn_combine(args):
     stream = cuda.default_stream()
     steps = {"split kernel (tiled_perm)": lambda: launch(name, kern, grid, TC.NT, stream, *kargs),
              "combine (frozen)": lambda: frozen.launch_combine(plan, stream, "ab.frozen.combine"),
-             "combine (batched)": lambda: combine_batched.launch_combine(
-                 plan, stream, "ab.batched.combine")}
+             "combine (batched)": lambda: combine_batched.launch_combine(plan, stream, "ab")}
     ws.fill_sentinel()
     steps["split kernel (tiled_perm)"]()
     outs = {}

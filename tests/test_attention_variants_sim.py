@@ -14,7 +14,7 @@ import dflash2_numba as d2
 from dflash2_numba.contract import active_splits
 from tests.attention_helpers import case, decode_on_cpu
 
-FAST_VARIANTS = ["tiled", "tiled_compact", "tiled_perm", "tiled_perm_fastcombine"]
+FAST_VARIANTS = ["tiled", "tiled_compact", "tiled_perm"]
 
 
 pytestmark = pytest.mark.usefixtures("poisoned_dynamic_shared_memory")   # (conftest.py)

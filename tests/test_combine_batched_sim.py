@@ -2,8 +2,9 @@
 CUDA simulator, on workspaces built to reach its edges: active split counts that are not a
 multiple of its 16-load batch, splits that are not live (m = -1e30) first, last and between,
 a NaN in m and in partial, rows that see nothing, head dims 64 / 128 / 256 (one to four
-64-column CTAs a row), FP16 and FP32 output; and its refusal of split counts above its
-shared arrays, before any launch."""
+64-column CTAs a row), FP16 and FP32 output; and the register-tiled variants' use of it: the
+batched kernel up to its shared arrays' ``MAX_SPLITS`` splits, frozen's combine above, the
+same bytes either way."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +12,6 @@ import pytest
 
 import dflash2_numba as d2
 from dflash2_numba._compat import cuda
-from dflash2_numba._registry import UnsupportedShape
 from dflash2_numba.attention import combine_batched, frozen
 from dflash2_numba.contract import NEG_INF, active_splits
 
@@ -96,14 +96,29 @@ def test_rows_that_see_nothing_write_zero_and_read_no_workspace():
     assert np.isfinite(got[0, 1]).all()
 
 
-def test_more_splits_than_the_shared_arrays_are_refused_before_any_launch():
+@pytest.mark.parametrize("variant", ["tiled_perm", "tiled_compact"])
+@pytest.mark.parametrize("S, combine", [(3, "combine"), (4, "combine.unbatched")])
+def test_variants_run_the_batched_combine_up_to_its_shared_arrays_then_frozens(
+        variant, S, combine, monkeypatch):
+    """A register-tiled variant launches the batched combine up to ``MAX_SPLITS`` splits and
+    frozen's above it; its output is frozen's, byte for byte, either way. (The bound is
+    lowered to 3 here so the simulator need not run 513 split CTAs; the kernel's shared
+    arrays keep their 512 entries.)"""
     from tests.attention_helpers import case
 
+    monkeypatch.setattr(combine_batched, "MAX_SPLITS", 3)
     c = case(np.random.default_rng(8), B=1, Q=2, Hq=2, Hkv=1, D=64, page_size=8,
-             seq_lens=[40], row_lengths=None, strided=False)
-    S = combine_batched.MAX_SPLITS + 1
-    out = np.full((1, 2, 2, 64), -777.0, np.float16)
-    with pytest.raises(UnsupportedShape, match=f"splits={S}"):
-        d2.verify_attention(**c, splits=S, variant="tiled_perm_fastcombine", out=out)
-    assert np.all(out == -777.0)
-    combine_batched.check_splits(dict(splits=combine_batched.MAX_SPLITS), "x")   # the largest passes
+             seq_lens=[200], row_lengths=None, strided=False)
+    ref = d2.verify_attention(**c, splits=S, variant="frozen")
+    d2.route_counters(reset=True)
+    got = d2.verify_attention(**c, splits=S, variant=variant)
+    launched = [n for n in d2.route_counters() if ".combine" in n]
+    assert launched == [f"attention.{variant}.{combine}"], launched
+    assert got.out.tobytes() == ref.out.tobytes()
+    assert got.partial.tobytes() == ref.partial.tobytes()
+    assert got.lse.tobytes() == ref.lse.tobytes()
+
+
+def test_the_bound_is_the_size_of_the_kernels_shared_arrays():
+    src = combine_batched._source()
+    assert src.count(f"cuda.shared.array({combine_batched.MAX_SPLITS}, np.float32)") == 3

@@ -204,7 +204,7 @@ def test_sm70_schedule_keeps_the_bytes_and_routes():
 
 
 @pytest.mark.parametrize("variant, n_split", [("tiled", 12), ("tiled_compact", 12), ("tiled_perm", 12),
-                                              ("tiled_perm_fastcombine", 12), ("tiled_wide", 4)])
+                                              ("tiled_wide", 4)])
 def test_each_target_compiles_one_schedule(variant, n_split):
     """Each split kernel has one form per target: the ``.sm70`` ones below compute
     capability 8.0, the others from 8.0 on (the PTX report compiles each where it runs)."""

@@ -19,7 +19,6 @@ import dflash2_numba as d2
 from dflash2_numba.attention import tiled as TL
 from dflash2_numba.attention import tiled_compact as TC
 from dflash2_numba.attention import tiled_perm as TP
-from dflash2_numba.attention import tiled_perm_fastcombine as TPF
 from dflash2_numba.attention import tiled_wide as TW
 from dflash2_numba.attention._tiled_source import U_PACK_RS
 from tests.attention_helpers import case
@@ -149,7 +148,7 @@ SM70_CASES = {
 SM70_RUNS = [("tiled", "d64_q3_g6_zero_rows"), ("tiled_compact", "d64_q3_g6_zero_rows"),
              ("tiled", "d256_q8_g2"), ("tiled_compact", "d256_q8_g2"), ("tiled_wide", "d256_q8_g2"),
              ("tiled_perm", "d64_q3_g6_zero_rows"),     # (tiled_compact's sm_70 kernel, own names)
-             ("tiled_perm_fastcombine", "d256_q8_g2")]  # (the same, then the batched combine)
+             ("tiled_perm", "d256_q8_g2")]
 
 
 def _host(x):
@@ -176,6 +175,8 @@ def test_sm70_form_routes_and_writes_frozens_bytes(variant, name, device_is_sm70
     got = _run(c, variant, splits)
     split = [n for n in d2.route_counters() if ".split." in n]
     assert split and all(n.endswith(".sm70") for n in split), split
+    combine = [n for n in d2.route_counters() if ".combine" in n]
+    assert combine == [f"attention.{variant}.combine"], combine      # the batched combine
     assert got.out.tobytes() == ref.out.tobytes()
     assert got.partial.tobytes() == ref.partial.tobytes()
     assert got.lse.tobytes() == ref.lse.tobytes()
@@ -184,7 +185,6 @@ def test_sm70_form_routes_and_writes_frozens_bytes(variant, name, device_is_sm70
 REFUSALS = [   # (emulated capability, variant, the form's bytes at D = 256, the opt-in limit)
     ("7.5", "tiled", 89_616, 65_536), ("7.5", "tiled_compact", 91_408, 65_536),
     ("7.5", "tiled_wide", 92_688, 65_536), ("7.5", "tiled_perm", 91_408, 65_536),
-    ("7.5", "tiled_perm_fastcombine", 91_408, 65_536),
     ("8.6", "tiled_wide", 108_560, 101_376),
 ]
 
@@ -209,11 +209,10 @@ def test_a_form_larger_than_the_device_allows_is_refused_before_any_launch(
 
 
 @pytest.mark.parametrize("cc, variants", [
-    ("7.0", ["tiled", "tiled_compact", "tiled_wide", "tiled_perm", "tiled_perm_fastcombine"]),
-    ("8.6", ["tiled", "tiled_compact", "tiled_perm", "tiled_perm_fastcombine"])])
+    ("7.0", ["tiled", "tiled_compact", "tiled_wide", "tiled_perm"]),
+    ("8.6", ["tiled", "tiled_compact", "tiled_perm"])])
 def test_forms_within_the_limit_pass_the_plan_check(cc, variants, monkeypatch):
     monkeypatch.setenv("DFLASH2_EMULATE_CC", cc)
     plan = dict(B=1, Q=1, Hq=2, Hkv=1, D=256, page_size=16, splits=2)
     for variant in variants:
-        {"tiled": TL, "tiled_compact": TC, "tiled_wide": TW, "tiled_perm": TP,
-         "tiled_perm_fastcombine": TPF}[variant].supports(plan)
+        {"tiled": TL, "tiled_compact": TC, "tiled_wide": TW, "tiled_perm": TP}[variant].supports(plan)

@@ -13,7 +13,7 @@ Why: frozen's combine runs one 256-thread CTA per row (48 CTAs at the production
 loads each split's ``lse`` and ``partial`` inside the loop that uses them. Each of its
 3 x A loop iterations then waits for a global load, so at A = 80 the kernel is, by estimate,
 a chain of 100-240 load latencies, 20-40 us a layer (``bench/attention_fast_notes.md``,
-tenth round; not measured yet).
+tenth round).
 
 Layout: one CTA of ``COLS`` = 64 threads per (b, t, h, group of 64 columns), grid
 ``(B, Q, Hq * ceil(D / 64))``:
@@ -24,7 +24,14 @@ Layout: one CTA of ``COLS`` = 64 threads per (b, t, h, group of 64 columns), gri
   4. every thread forms Dn and inv (the same chain in each);
   5. thread d loads ``partial_s[d]`` for ``BATCH`` = 16 splits at once (indices past A-1
      read split A-1 and are not used), then applies their fmas in ascending s.
-Plans with more than ``MAX_SPLITS`` splits are refused (the shared arrays' size).
+Plans with more than ``MAX_SPLITS`` splits (the shared arrays' size) run frozen's combine
+instead, under the name ``attention.<variant>.combine.unbatched``: the same bits either way.
+
+Measured (RESULTS.md, "Attention, session 32"; H100 80GB HBM3, CUDA graph of 16 layers):
+``tiled_perm``'s split kernel followed by this combine took 12.19 ms at 261888 tokens against
+12.57 ms with frozen's combine, and 2.23 against 2.58 ms at 32768, in one run; alone on a
+hot workspace the two combines take 54 and 61 us a layer. This is the combine of every
+register-tiled variant (``tiled``, ``tiled_compact``, ``tiled_wide``, ``tiled_perm``).
 """
 from __future__ import annotations
 
@@ -33,11 +40,12 @@ import math
 import numpy as np
 
 from .._compat import cuda
-from .._registry import UnsupportedShape, launch
+from .._registry import KernelSpec, launch
 from ..contract import EXP_CLAMP, LIVE_M_THRESHOLD, NEG_INF
 from ._device import active_split_count, request_keys, row_length
 from ._tiled_source import Source, exec_source
-from .frozen import F32_ONE, F32_ZERO
+from . import frozen
+from .frozen import F32_ONE, F32_ZERO, _combine_sigs
 
 COLS = 64            # threads (output columns) per CTA
 BATCH = 16           # partial loads in flight per thread
@@ -119,17 +127,23 @@ combine_pyfunc = _make_kernel()
 combine_kernel = cuda.jit(combine_pyfunc)
 
 
-def check_splits(plan: dict, variant: str) -> None:
-    """Refuse plans whose split count exceeds the shared arrays (before any launch)."""
-    if plan["splits"] > MAX_SPLITS:
-        raise UnsupportedShape(f"{variant}: splits={plan['splits']} above the batched "
-                               f"combine's {MAX_SPLITS}")
+def combine_specs(variant: str):
+    """The ``KernelSpec`` of each combine kernel ``variant`` launches (``launch_combine``):
+    the batched one and frozen's, for plans above ``MAX_SPLITS`` splits."""
+    return (KernelSpec(f"attention.{variant}.combine", combine_pyfunc, _combine_sigs),
+            KernelSpec(f"attention.{variant}.combine.unbatched", frozen.combine_kernel.py_func,
+                       _combine_sigs))
 
 
-def launch_combine(plan, stream, name: str) -> None:
-    """The batched combine of ``plan`` (its workspace into its output) on ``stream``,
-    counted under ``name``."""
+def launch_combine(plan, stream, variant: str) -> None:
+    """The combine of ``plan`` (its workspace into its output) on ``stream``, counted under
+    ``variant``'s names: the batched kernel, or frozen's where the plan has more than
+    ``MAX_SPLITS`` splits (the same bits; the shared arrays hold ``MAX_SPLITS``)."""
+    if plan.splits > MAX_SPLITS:
+        frozen.launch_combine(plan, stream, f"attention.{variant}.combine.unbatched")
+        return
     B, Q, Hq, D = plan.q_shape
-    launch(name, combine_kernel, (B, Q, Hq * ((D + COLS - 1) // COLS)), COLS, stream,
+    launch(f"attention.{variant}.combine", combine_kernel,
+           (B, Q, Hq * ((D + COLS - 1) // COLS)), COLS, stream,
            plan.seq_lens, plan.row_lengths, plan.use_rows, plan.splits,
            plan.partial, plan.lse, plan.out)

@@ -3,7 +3,8 @@
 Keeps: contract A bit for bit -- every FP32 value the contract defines (scores, tile
 maxima, probabilities and their FP16 hi/lo split, the pairwise tile sum, (m, l), the PV
 accumulator T and the numerator O, the workspace and the output) is produced by the same
-sequence of roundings as ``frozen.py``. The combine kernel is frozen's, unchanged.
+sequence of roundings as ``frozen.py``. The combine is ``combine_batched``'s: frozen's
+combine with its workspace loads batched, the same bits.
 
 What changes (the schedule only; all parallelism is across independent scalars):
   * One CTA of 128 threads per (split, request, KV head, group of 16 query rows), where
@@ -50,7 +51,7 @@ from .._compat import SIMULATOR, cuda, device_cc_at_least, emulated_cc
 from .._dynshared import DynShared, require_shared
 from .._registry import KernelSpec, UnsupportedShape, Variant, launch, register
 from ..contract import EXP_CLAMP, MAX_GROUP, MAX_Q, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
-from . import frozen
+from . import combine_batched
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count
 from ._tiled_ops import SHARED_ALIGN, e4m3x4, ld1, ldb4, ldg4, lds4, nan_bytes, st1, sts4
 from ._tiled_source import (NT, RC, U_PACK_RS, Source, emit_head, emit_kahan, emit_q_and_lengths,
@@ -462,7 +463,7 @@ def _split_launch(plan, packed=None):
 def run(plan, stream) -> None:
     name, kern, grid, args = plan.launch_setup("tiled.split", _split_launch)
     launch(name, kern, grid, NT, stream, *args)
-    frozen.launch_combine(plan, stream, "attention.tiled.combine")
+    combine_batched.launch_combine(plan, stream, "tiled")
 
 
 def _split_name(D, vec, packed=False):
@@ -500,14 +501,13 @@ VARIANT = register(Variant(
     description="register-tiled split kernel: 128-thread CTA per (split, request, KV head, "
                 "16 query rows); K/V decoded once per CTA by bit moves into shared memory; "
                 "8x4 (row, key) score tiles per K16 slice, Kahan in a second role; 8x4 "
-                "(row, column) PV tiles in registers; frozen's combine",
+                "(row, column) PV tiles in registers; the batched combine",
     contract="A (q8 verification attention), bit-identical to frozen",
     kernels=tuple(
         KernelSpec(_split_name(D, vec, packed), _pyfuncs[D, vec, packed],
                    ((_sig_vec if vec else _sig_byte),), **form_cc_range(packed))
         for packed in (False, True) for D in (256, 128, 64) for vec in (True, False)
-    ) + (KernelSpec("attention.tiled.combine", frozen.combine_kernel.py_func,
-                    frozen._combine_sigs),),
+    ) + combine_batched.combine_specs("tiled"),
     run=run,
     supports=supports,
     bitwise_reference="frozen",

@@ -6,7 +6,8 @@ FP32 value the contract defines is produced by the same sequence of roundings as
 ``frozen.py``; the power-of-two factors folded into the decoded K/V and into q, hi and lo
 are the same; the K16 slice sums, the Kahan step, the tile max, the probabilities, the
 pairwise tree, the (m, l, alpha) update and the PV chain (hi_0..15, lo_0..15, hi_16..31,
-lo_16..31 per (row, column)) run in the same order. The combine kernel is frozen's.
+lo_16..31 per (row, column)) run in the same order. The combine is
+``combine_batched``'s: frozen's combine with its workspace loads batched, the same bits.
 
 What differs from ``tiled`` (the schedule and the memory layout only):
   * Rolled, software-pipelined inner loops. The score (8 K16 steps per iteration, two
@@ -56,7 +57,7 @@ from .._compat import cuda
 from .._dynshared import DynShared
 from .._registry import KernelSpec, Variant, launch, register
 from ..contract import EXP_CLAMP, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
-from . import frozen, tiled
+from . import combine_batched, tiled
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count  # noqa: F401
 from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1,  # noqa: F401
                          ldb4_at, ldg4_at, lds4, lt32, mul32, nan_bytes, opaque32, shr32, st1,
@@ -496,7 +497,7 @@ def split_launch(plan, kernels=None, defer_o=None, options=None):
 def run(plan, stream) -> None:
     name, kern, grid, args = plan.launch_setup("tiled_compact.split", split_launch)
     launch(name, kern, grid, NT, stream, *args)
-    frozen.launch_combine(plan, stream, "attention.tiled_compact.combine")
+    combine_batched.launch_combine(plan, stream, "tiled_compact")
 
 
 VARIANT = register(Variant(
@@ -505,15 +506,14 @@ VARIANT = register(Variant(
     description="tiled's split kernel with rolled score/PV loops (a third of the machine "
                 "code), per-chunk cache byte offsets advanced by one add per tile, "
                 "bank-conflict-free decode stores (remapped load lanes, padded V rows), one "
-                "NaN test per 16-byte chunk and a branch-free probability; frozen's combine",
+                "NaN test per 16-byte chunk and a branch-free probability; the batched combine",
     contract="A (q8 verification attention), bit-identical to frozen",
     kernels=tuple(
         KernelSpec(_split_name(D, vec, defer), _pyfuncs[D, vec, defer],
                    ((tiled._sig_vec if vec else tiled._sig_byte),),
                    **tiled.form_cc_range(not defer))
         for defer in (True, False) for D in (256, 128, 64) for vec in (True, False)
-    ) + (KernelSpec("attention.tiled_compact.combine", frozen.combine_kernel.py_func,
-                    frozen._combine_sigs),),
+    ) + combine_batched.combine_specs("tiled_compact"),
     run=run,
     supports=supports,
     bitwise_reference="frozen",

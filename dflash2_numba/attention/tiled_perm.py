@@ -3,7 +3,8 @@ kernel built with three of its generator's layout / schedule options, chosen by 
 
 Keeps: contract A bit for bit, by ``tiled_compact``'s argument (``tiled.py``'s docstring):
 the options move values between shared-memory addresses and registers and reorder loads,
-never an arithmetic operation, its operands or its order. The combine kernel is frozen's.
+never an arithmetic operation, its operands or its order. The combine is
+``combine_batched``'s: frozen's combine with its workspace loads batched, the same bits.
 
 The options (``tiled_compact._source``; all three byte-checked against the registered
 kernel in the simulator and on the GPU):
@@ -31,7 +32,7 @@ from __future__ import annotations
 from .._compat import cuda
 from .._dynshared import DynShared
 from .._registry import KernelSpec, Variant, launch, register
-from . import frozen, tiled
+from . import combine_batched, tiled
 from . import tiled_compact as TC
 
 OPTIONS = dict(k_perm=True, nan_once=True, k_late=True)     # with tiled_compact's defer_o
@@ -84,7 +85,7 @@ def split_launch(plan, perm=None, variant="tiled_perm"):
 def run(plan, stream) -> None:
     name, kern, grid, args = plan.launch_setup("tiled_perm.split", split_launch)
     launch(name, kern, grid, TC.NT, stream, *args)
-    frozen.launch_combine(plan, stream, "attention.tiled_perm.combine")
+    combine_batched.launch_combine(plan, stream, "tiled_perm")
 
 
 VARIANT = register(Variant(
@@ -93,10 +94,9 @@ VARIANT = register(Variant(
     description="tiled_compact's split kernel with K and the slice sums in (j mod 8, j div 8) "
                 "key order (16-byte Kahan loads and K decode stores), one NaN-code test per "
                 "tile and the next tile's K loaded at PV; tiled_compact's sm_70 form below "
-                "cc 8.0; frozen's combine",
+                "cc 8.0; the batched combine",
     contract="A (q8 verification attention), bit-identical to frozen",
-    kernels=split_specs() + (KernelSpec("attention.tiled_perm.combine",
-                                        frozen.combine_kernel.py_func, frozen._combine_sigs),),
+    kernels=split_specs() + combine_batched.combine_specs("tiled_perm"),
     run=run,
     supports=supports,
     bitwise_reference="frozen",

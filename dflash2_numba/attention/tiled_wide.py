@@ -11,7 +11,8 @@ the probabilities, hi / lo, the pairwise tree (level 1 in a thread, p_j + p_(j+1
 rest, (T1_j + T1_(j+8)) and frozen's levels 3-5, from shared memory), the (m, l, alpha)
 update and the PV chain (hi_0..15, lo_0..15, hi_16..31, lo_16..31 per (row, column)) are
 frozen's expressions in frozen's order. O = fma(O, alpha, T) follows each tile's last
-barrier. The combine kernel is frozen's.
+barrier. The combine is ``combine_batched``'s: frozen's combine with its workspace
+loads batched, the same bits.
 
 What differs from ``tiled_compact`` (the decomposition of the same work, nothing else):
   * 256 threads per (split, request, KV head, 16 query rows), launch bounds (256, 2): two
@@ -42,7 +43,7 @@ from .._compat import cuda, jit_bounded
 from .._dynshared import DynShared
 from .._registry import KernelSpec, UnsupportedShape, Variant, launch, register
 from ..contract import EXP_CLAMP, MAX_GROUP, MAX_Q, NEG_INF, RESIDUAL_SCALE, TILE_KEYS  # noqa: F401
-from . import frozen, tiled
+from . import combine_batched, tiled
 from ._device import active_split_count, request_keys, row_length, split_first_tile, split_tile_count  # noqa: F401
 from ._tiled_ops import (SHARED_ALIGN, add32, and32, e4m3x4, e4m3x4_plain, ld1, ldb4_at,  # noqa: F401
                          ldg4_at, lds4, lt32, mul32, nan_bytes, opaque32, shr32, st1, sts4)
@@ -357,7 +358,7 @@ def split_launch(plan, kernels=None, options=None, two_cta=None):
 def run(plan, stream) -> None:
     name, kern, grid, args = plan.launch_setup("tiled_wide.split", split_launch)
     launch(name, kern, grid, NT, stream, *args)
-    frozen.launch_combine(plan, stream, "attention.tiled_wide.combine")
+    combine_batched.launch_combine(plan, stream, "tiled_wide")
 
 
 VARIANT = register(Variant(
@@ -365,7 +366,7 @@ VARIANT = register(Variant(
     family="attention",
     description="tiled_compact's arithmetic on 256-thread CTAs (16 warps an SM) with 4x4 "
                 "register tiles for the score and PV, two keys a thread in the softmax, "
-                "two 16-byte chunks a thread in the decode; D = 256 only; frozen's combine",
+                "two 16-byte chunks a thread in the decode; D = 256 only; the batched combine",
     contract="A (q8 verification attention), bit-identical to frozen",
     kernels=tuple(
         KernelSpec(_split_name(vec, two), _pyfuncs[vec, two],
@@ -373,8 +374,7 @@ VARIANT = register(Variant(
                    launch_bounds=LAUNCH_BOUNDS if two else SM70_LAUNCH_BOUNDS,
                    **tiled.form_cc_range(not two))
         for two in (True, False) for vec in (True, False)
-    ) + (KernelSpec("attention.tiled_wide.combine", frozen.combine_kernel.py_func,
-                    frozen._combine_sigs),),
+    ) + combine_batched.combine_specs("tiled_wide"),
     run=run,
     supports=supports,
     bitwise_reference="frozen",
