@@ -256,8 +256,8 @@ def run(plan, stream) -> None:
 
 def launch_combine(plan, stream, name: str) -> None:
     """The combine step of ``plan`` (its workspace into its output) on ``stream``, counted
-    under ``name``: the one every attention variant of contract A launches after its
-    split kernel."""
+    under ``name``. The register-tiled variants launch ``combine_batched``'s (the same
+    bits), and this one only for plans above its ``MAX_SPLITS`` splits."""
     B, Q, Hq, _ = plan.q_shape
     launch(name, combine_kernel, (B, Q, Hq), THREADS, stream,
            plan.seq_lens, plan.row_lengths, plan.use_rows, plan.splits,

@@ -21,7 +21,10 @@ kernel in the simulator and on the GPU):
 Measured (H100 80GB HBM3, one layer's split kernel at 261888 tokens, interleaved A/B against
 the registered ``tiled_compact`` kernel, ``bench/profile_kernels.py attn-ab``; RESULTS.md,
 "Attention, session 30"): 0.777 against 0.837 ms (medians of 7 rounds). ``pv_pairs`` and
-``loop32`` were each slower alone and added nothing together with these.
+``loop32`` were each slower alone and added nothing together with these; ``q_batch``,
+``u_mul_first`` and ``loop32`` on top of these three were slower too (session 32). The
+whole 16-layer step (CUDA graph, H100, session 32): 12.19 ms at 261888 tokens with the
+batched combine, 12.57 ms with frozen's, in one run.
 
 Below compute capability 8.0 the variant launches ``tiled_compact``'s sm_70 kernels (O
 updated after the tile's last barrier, u packed: 91,408 bytes at D = 256, inside a V100's
