@@ -489,6 +489,9 @@ def mode_attn_combine(args):
     from dflash2_numba.attention import tiled_compact as TC
     from dflash2_numba.attention import tiled_perm as TP
 
+    if args.attn_splits > combine_batched.MAX_SPLITS:     # (it would launch frozen's twice)
+        raise ValueError(f"--attn-splits {args.attn_splits}: the batched combine takes at most "
+                         f"{combine_batched.MAX_SPLITS}")
     plan, ws, ctx = _attn_plan("tiled_perm", args.attn_ctx, args.attn_splits)
     name, kern, grid, kargs = TP.split_launch(plan)
     stream = cuda.default_stream()

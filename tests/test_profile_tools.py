@@ -620,3 +620,15 @@ def test_attention_combine_ab_times_both_combines_on_one_workspace(tmp_path):
         "split kernel (tiled_perm)", "combine (frozen)", "combine (batched)"]
     assert [r["same_bytes"] for r in rows] == [None, True, True]
     assert all(len(r["rounds"]) == 1 for r in rows)     # (the simulator's events time nothing)
+
+
+def test_attention_combine_ab_refuses_more_splits_than_the_batched_combine_takes(tmp_path):
+    """Above ``MAX_SPLITS`` the variants' combine is frozen's, so the A/B would time one
+    kernel twice: the tool refuses, naming the argument, before building anything."""
+    from bench.profile_kernels import main
+    from dflash2_numba.attention import combine_batched
+
+    S = combine_batched.MAX_SPLITS + 1
+    with pytest.raises(ValueError, match=f"--attn-splits {S}"):
+        main(["attn-combine", "--attn-splits", str(S), "--out", str(tmp_path)])
+    assert list(tmp_path.iterdir()) == []

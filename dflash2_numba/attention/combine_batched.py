@@ -29,9 +29,10 @@ instead, under the name ``attention.<variant>.combine.unbatched``: the same bits
 
 Measured (RESULTS.md, "Attention, session 32"; H100 80GB HBM3, CUDA graph of 16 layers):
 ``tiled_perm``'s split kernel followed by this combine took 12.19 ms at 261888 tokens against
-12.57 ms with frozen's combine, and 2.23 against 2.58 ms at 32768, in one run; alone on a
-hot workspace the two combines take 54 and 61 us a layer. This is the combine of every
-register-tiled variant (``tiled``, ``tiled_compact``, ``tiled_wide``, ``tiled_perm``).
+12.57 ms with frozen's combine, and 2.23 against 2.58 ms at 32768, in one run: 24 us a
+layer at 261888. (Launched alone and eagerly, 54 against 61 us: dispatch-bound, so only
+graph replays show the difference.) This is the combine of every register-tiled variant
+(``tiled``, ``tiled_compact``, ``tiled_wide``, ``tiled_perm``).
 """
 from __future__ import annotations
 

@@ -51,19 +51,9 @@ for _D in (64, 128, 256):
         _kernels[_D, _vec, False] = TC._kernels[_D, _vec, False]
 
 
-def _split_name(D, vec, perm=True, variant="tiled_perm"):
-    return (f"attention.{variant}.split.d{D}" + ("" if vec else ".bytes")
+def _split_name(D, vec, perm=True):
+    return (f"attention.tiled_perm.split.d{D}" + ("" if vec else ".bytes")
             + ("" if perm else ".sm70"))
-
-
-def split_specs(variant="tiled_perm"):
-    """The ``KernelSpec`` of each split kernel (both forms, every head dim, both load paths)
-    under ``variant``'s names: the kernels of any variant that launches this split."""
-    return tuple(
-        KernelSpec(_split_name(D, vec, perm, variant), _pyfuncs[D, vec, perm],
-                   ((tiled._sig_vec if vec else tiled._sig_byte),),
-                   **tiled.form_cc_range(not perm))
-        for perm in (True, False) for D in (256, 128, 64) for vec in (True, False))
 
 
 def perm_here() -> bool:
@@ -71,18 +61,18 @@ def perm_here() -> bool:
     return not tiled.sm70_form_here()
 
 
-def supports(plan: dict, variant="tiled_perm") -> None:
-    tiled.check_rows(plan, variant)
-    tiled.check_shared_fits(variant, _SMEM_BYTES[plan["D"], perm_here()])
+def supports(plan: dict) -> None:
+    tiled.check_rows(plan, "tiled_perm")
+    tiled.check_shared_fits("tiled_perm", _SMEM_BYTES[plan["D"], perm_here()])
 
 
-def split_launch(plan, perm=None, variant="tiled_perm"):
-    """(name, kernel, grid, args) of the plan's split launch, named as ``variant``'s;
-    ``perm``: the form (default the current device's)."""
+def split_launch(plan, perm=None):
+    """(name, kernel, grid, args) of the plan's split launch; ``perm``: the form (default the
+    current device's)."""
     D, vec, grid, args = tiled.split_operands(plan)
     perm = perm_here() if perm is None else bool(perm)
-    return (_split_name(D, vec, perm, variant),
-            DynShared(_kernels[D, vec, perm], _SMEM_BYTES[D, perm]), grid, args)
+    return (_split_name(D, vec, perm), DynShared(_kernels[D, vec, perm], _SMEM_BYTES[D, perm]),
+            grid, args)
 
 
 def run(plan, stream) -> None:
@@ -99,7 +89,12 @@ VARIANT = register(Variant(
                 "tile and the next tile's K loaded at PV; tiled_compact's sm_70 form below "
                 "cc 8.0; the batched combine",
     contract="A (q8 verification attention), bit-identical to frozen",
-    kernels=split_specs() + combine_batched.combine_specs("tiled_perm"),
+    kernels=tuple(
+        KernelSpec(_split_name(D, vec, perm), _pyfuncs[D, vec, perm],
+                   ((tiled._sig_vec if vec else tiled._sig_byte),),
+                   **tiled.form_cc_range(not perm))
+        for perm in (True, False) for D in (256, 128, 64) for vec in (True, False)
+    ) + combine_batched.combine_specs("tiled_perm"),
     run=run,
     supports=supports,
     bitwise_reference="frozen",
