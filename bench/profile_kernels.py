@@ -51,6 +51,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 import argparse  # noqa: E402
+import inspect  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
@@ -421,9 +422,19 @@ def _attn_plan(variant, ctx=261888, splits=80):
     return plan, ws, ctx
 
 
-# tiled_compact generator options that are on / off (the others are counts)
-ATTN_FLAG_OPTIONS = ("defer_o", "k_late", "pv_pairs", "k_perm", "loop32", "nan_once", "u_pack",
-                     "u_mul_first")
+def _attn_generator(target):
+    """The source generator of ``target``'s split kernel (``tiled_compact`` or ``tiled_wide``)."""
+    from dflash2_numba.attention import tiled_compact as TC
+    from dflash2_numba.attention import tiled_wide as TW
+
+    return TW._source if target == "tiled_wide" else TC._source
+
+
+def attn_flag_options(target):
+    """``target``'s generator options that are on / off (those whose default is a bool; the
+    others are counts), read from the generator's signature."""
+    return {name for name, p in inspect.signature(_attn_generator(target)).parameters.items()
+            if isinstance(p.default, bool)}
 
 
 def _ab_split_launch(target, plan, opts):
@@ -444,12 +455,9 @@ def _ab_split_launch(target, plan, opts):
 
 def mode_attn_ab(args):
     """The split kernel of ``--attn-ab-variant`` (``tiled_compact`` or ``tiled_wide``) built
-    with each ``--attn-options`` entry (schedule options of its generator, same bits;
-    tiled_compact: ``defer_o``, ``score_steps``, ``pv_keys``, ``score_depth``, ``pv_depth``,
-    ``k_late``, ``pv_pairs``, ``k_perm``, ``loop32``, ``nan_once``, ``u_pack``, ``q_batch``,
-    ``u_mul_first``;
-    tiled_wide:
-    ``score_steps``, ``pv_keys``, ``loop32``, ``u_pack``): partial and lse compared byte for byte with
+    with each ``--attn-options`` entry (schedule options of its generator, same bits: the
+    keyword parameters of ``tiled_compact._source`` / ``tiled_wide._source``; on / off ones as
+    0 / 1, ``attn_flag_options``): partial and lse compared byte for byte with
     the registered ``tiled_compact`` kernel's (frozen's bytes) after sentinel fill, then
     CUDA-event medians in interleaved rounds."""
     target = args.attn_ab_variant
@@ -458,12 +466,13 @@ def mode_attn_ab(args):
     plan.launch()
     cuda.synchronize()
     ref = (host(plan.partial).tobytes(), host(plan.lse).tobytes())
+    flags = attn_flag_options(target)
     entries = {}
     for entry in [e for e in args.attn_options.split(";") if e]:
         opts = {}
         for kv in [x for x in entry.split(",") if x]:
             k, v = kv.split("=")
-            opts[k] = bool(int(v)) if k in ATTN_FLAG_OPTIONS else int(v)
+            opts[k] = bool(int(v)) if k in flags else int(v)
         go, _ = _ab_split_launch(target, plan, opts)
         ws.fill_sentinel()
         go()
@@ -545,8 +554,8 @@ def main(argv=None):
                     help="attn-ab: whose split kernel the options build")
     ap.add_argument("--attn-options", default="defer_o=1;defer_o=0",
                     help="attn-ab: ';'-separated tiled_compact generator option sets, e.g. "
-                         "'defer_o=1;defer_o=1,score_steps=16;pv_keys=16' (the flags in "
-                         "ATTN_FLAG_OPTIONS 0/1; score_steps and pv_keys 4/8/16; score_depth "
+                         "'defer_o=1;defer_o=1,score_steps=16;pv_keys=16' (on / off options "
+                         "0/1; score_steps and pv_keys 4/8/16; score_depth "
                          "and pv_depth 2/4)")
     ap.add_argument("--rounds", type=int, default=5,
                     help="attn-ab, attn-combine, gdn --prep-solve: interleaved timing rounds")
