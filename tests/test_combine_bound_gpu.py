@@ -4,9 +4,12 @@
 many for the simulator, which checks the same route with the bound lowered
 (``tests/test_combine_batched_sim.py``).
 
-The context, 40000 keys, makes every split active (A = min(S, ceil(40000 / 64)) = S for
-S <= 625), so the batched kernel reads all 512 entries of its shared arrays at S = 512, and
-frozen's combine reads 513 and 625 live splits above the bound."""
+The context, 40000 keys, gives A = min(S, ceil(40000 / 64)) = min(S, 625) active splits: the
+batched kernel reads all 512 entries of its shared arrays at S = 512, frozen's combine 513
+and 625 live splits above the bound. At S = 640 splits 625-639 are not active and the
+contract has them written by nobody, so every call gets a workspace filled with the
+sentinel: the whole ``partial`` and ``lse`` are then comparable byte for byte, and the
+inactive splits must still hold the sentinel."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +17,7 @@ import pytest
 
 import dflash2_numba as d2
 from dflash2_numba.attention import combine_batched
-from dflash2_numba.contract import active_splits
+from dflash2_numba.contract import SENTINEL, active_splits
 from tests.attention_helpers import case
 
 pytestmark = pytest.mark.gpu
@@ -29,18 +32,28 @@ def production_case():
                 seq_lens=[T], row_lengths=None, strided=False)
 
 
+def _call(c, S, variant):
+    ws = d2.AttentionWorkspace(batch=1, q_len=8, heads=6, head_dim=256, splits=S)
+    ws.fill_sentinel()
+    res = d2.verify_attention(**c, splits=S, variant=variant, workspace=ws)
+    assert ws.guards_intact(), variant
+    return res
+
+
 @pytest.mark.parametrize("S", [512, 513, 640])
 def test_combine_route_and_bytes_at_the_bound(production_case, S):
     assert combine_batched.MAX_SPLITS == 512
-    assert active_splits(T, S) == min(S, 625)
-    ref = d2.verify_attention(**production_case, splits=S, variant="frozen")
+    A = active_splits(T, S)
+    assert A == min(S, 625)
+    ref = _call(production_case, S, "frozen")
+    assert np.all(ref.lse[:, A:] == SENTINEL) and np.all(ref.partial[:, A:] == SENTINEL)
+    assert np.isfinite(ref.out).all() and np.isfinite(ref.lse[:, :A]).all()
     combine = "combine" if S <= combine_batched.MAX_SPLITS else "combine.unbatched"
     for variant in TILED:
         d2.route_counters(reset=True)
-        got = d2.verify_attention(**production_case, splits=S, variant=variant)
+        got = _call(production_case, S, variant)
         launched = [n for n in d2.route_counters() if ".combine" in n]
         assert launched == [f"attention.{variant}.{combine}"], (variant, launched)
         assert got.out.tobytes() == ref.out.tobytes(), variant
         assert got.partial.tobytes() == ref.partial.tobytes(), variant
         assert got.lse.tobytes() == ref.lse.tobytes(), variant
-    assert np.isfinite(ref.out).all()
