@@ -107,6 +107,7 @@ def test_variants_run_the_batched_combine_up_to_its_shared_arrays_then_frozens(
     from tests.attention_helpers import case
 
     monkeypatch.setattr(combine_batched, "MAX_SPLITS", 3)
+    assert active_splits(200, S) == S    # every split is written: the whole arrays compare
     c = case(np.random.default_rng(8), B=1, Q=2, Hq=2, Hkv=1, D=64, page_size=8,
              seq_lens=[200], row_lengths=None, strided=False)
     ref = d2.verify_attention(**c, splits=S, variant="frozen")
