@@ -17,6 +17,18 @@ def run(d2, c, **kw):
     return d2.verify_attention(**args)
 
 
+def sentinel_run(d2, c, variant, splits):
+    """``(result, guards_intact)`` of ``verify_attention`` into a fresh workspace filled with
+    the sentinel: the whole ``partial`` / ``lse`` then compare byte for byte between calls,
+    the splits the contract leaves unwritten (s >= A) included, where a fresh device array
+    would hold whatever its memory held before."""
+    B, Q, Hq, D = c["q"].shape
+    ws = d2.AttentionWorkspace(batch=B, q_len=Q, heads=Hq, head_dim=D, splits=splits)
+    ws.fill_sentinel()
+    r = d2.verify_attention(**c, splits=splits, variant=variant, workspace=ws)
+    return r, ws.guards_intact()
+
+
 def decode_on_cpu(build_ir, words):
     """Run a decode IR builder (``_tiled_ops.decode_ir`` or ``plain_decode_ir``: i32 word ->
     four float32) through numba's CPU target over ``words``; returns float32 [n, 4]."""

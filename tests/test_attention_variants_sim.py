@@ -12,7 +12,7 @@ import pytest
 
 import dflash2_numba as d2
 from dflash2_numba.contract import active_splits
-from tests.attention_helpers import case, decode_on_cpu
+from tests.attention_helpers import case, decode_on_cpu, sentinel_run
 
 FAST_VARIANTS = ["tiled", "tiled_compact", "tiled_perm"]
 
@@ -20,17 +20,9 @@ FAST_VARIANTS = ["tiled", "tiled_compact", "tiled_perm"]
 pytestmark = pytest.mark.usefixtures("poisoned_dynamic_shared_memory")   # (conftest.py)
 
 
-def _run(c, variant, splits):
-    B, Q, Hq, D = c["q"].shape
-    ws = d2.AttentionWorkspace(batch=B, q_len=Q, heads=Hq, head_dim=D, splits=splits)
-    ws.fill_sentinel()
-    r = d2.verify_attention(**c, splits=splits, variant=variant, workspace=ws)
-    return r, ws.guards_intact()
-
-
 def _assert_same(c, splits, variant):
-    ref, g_ref = _run(c, "frozen", splits)
-    got, g_got = _run(c, variant, splits)
+    ref, g_ref = sentinel_run(d2, c, "frozen", splits)
+    got, g_got = sentinel_run(d2, c, variant, splits)
     assert g_ref and g_got, "a guard element was written"
     assert got.out.tobytes() == ref.out.tobytes(), "FP16 output differs from frozen"
     assert got.partial.tobytes() == ref.partial.tobytes(), "partial differs from frozen"
@@ -218,6 +210,6 @@ def test_tiled_wide_routes_its_own_kernels():
     c = case(rng, B=1, Q=1, Hq=6, Hkv=1, D=256, page_size=16, seq_lens=[20], strided=False)
     _assert_same(c, 1, "tiled_wide")
     d2.route_counters(reset=True)
-    _run(c, "tiled_wide", 1)
+    sentinel_run(d2, c, "tiled_wide", 1)
     assert d2.route_counters() == {"attention.tiled_wide.split.d256": 1,
                                    "attention.tiled_wide.combine": 1}

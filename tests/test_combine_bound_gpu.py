@@ -18,12 +18,14 @@ import pytest
 import dflash2_numba as d2
 from dflash2_numba.attention import combine_batched
 from dflash2_numba.contract import SENTINEL, active_splits
-from tests.attention_helpers import case
+from tests.attention_helpers import case, sentinel_run
 
 pytestmark = pytest.mark.gpu
 
 T = 40000
-TILED = ["tiled", "tiled_compact", "tiled_wide", "tiled_perm"]
+# every variant that registered the batched combine and its fallback (combine_specs)
+TILED = [name for name, about in d2.attention_variants().items()
+         if f"attention.{name}.combine.unbatched" in about["kernels"].split(", ")]
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +35,15 @@ def production_case():
 
 
 def _call(c, S, variant):
-    ws = d2.AttentionWorkspace(batch=1, q_len=8, heads=6, head_dim=256, splits=S)
-    ws.fill_sentinel()
-    res = d2.verify_attention(**c, splits=S, variant=variant, workspace=ws)
-    assert ws.guards_intact(), variant
-    return res
+    r, guards = sentinel_run(d2, c, variant, S)
+    assert guards, variant
+    return r
 
 
 @pytest.mark.parametrize("S", [512, 513, 640])
 def test_combine_route_and_bytes_at_the_bound(production_case, S):
     assert combine_batched.MAX_SPLITS == 512
+    assert {"tiled", "tiled_compact", "tiled_wide", "tiled_perm"} <= set(TILED), TILED
     A = active_splits(T, S)
     assert A == min(S, 625)
     ref = _call(production_case, S, "frozen")

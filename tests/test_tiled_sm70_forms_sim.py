@@ -21,7 +21,7 @@ from dflash2_numba.attention import tiled_compact as TC
 from dflash2_numba.attention import tiled_perm as TP
 from dflash2_numba.attention import tiled_wide as TW
 from dflash2_numba.attention._tiled_source import U_PACK_RS
-from tests.attention_helpers import case
+from tests.attention_helpers import case, sentinel_run
 
 V100_SHARED_PER_CTA = 96 * 1024
 BANKS = 32
@@ -156,11 +156,8 @@ def _host(x):
 
 
 def _run(c, variant, splits):
-    B, Q, Hq, D = c["q"].shape
-    ws = d2.AttentionWorkspace(batch=B, q_len=Q, heads=Hq, head_dim=D, splits=splits)
-    ws.fill_sentinel()
-    r = d2.verify_attention(**c, splits=splits, variant=variant, workspace=ws)
-    assert ws.guards_intact(), "a guard element was written"
+    r, guards = sentinel_run(d2, c, variant, splits)
+    assert guards, "a guard element was written"
     return r
 
 
