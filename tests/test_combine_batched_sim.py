@@ -104,17 +104,18 @@ def test_variants_run_the_batched_combine_up_to_its_shared_arrays_then_frozens(
     frozen's above it; its output is frozen's, byte for byte, either way. (The bound is
     lowered to 3 here so the simulator need not run 513 split CTAs; the kernel's shared
     arrays keep their 512 entries.)"""
-    from tests.attention_helpers import case
+    from tests.attention_helpers import case, sentinel_run
 
     monkeypatch.setattr(combine_batched, "MAX_SPLITS", 3)
-    assert active_splits(200, S) == S    # every split is written: the whole arrays compare
+    assert active_splits(200, S) == S    # every split live: each combine reads all S
     c = case(np.random.default_rng(8), B=1, Q=2, Hq=2, Hkv=1, D=64, page_size=8,
              seq_lens=[200], row_lengths=None, strided=False)
-    ref = d2.verify_attention(**c, splits=S, variant="frozen")
+    ref, ref_guards = sentinel_run(d2, c, "frozen", S)
     d2.route_counters(reset=True)
-    got = d2.verify_attention(**c, splits=S, variant=variant)
+    got, got_guards = sentinel_run(d2, c, variant, S)
     launched = [n for n in d2.route_counters() if ".combine" in n]
     assert launched == [f"attention.{variant}.{combine}"], launched
+    assert ref_guards and got_guards, "a guard element was written"
     assert got.out.tobytes() == ref.out.tobytes()
     assert got.partial.tobytes() == ref.partial.tobytes()
     assert got.lse.tobytes() == ref.lse.tobytes()
