@@ -94,7 +94,12 @@ def as_array_arg(x: Any, name: str) -> ArrayArg:
         raise TypeError(f"{name}: expected an array, got None")
     if isinstance(x, np.ndarray):
         return ArrayArg(name, x, KIND_NUMPY, tuple(x.shape), x.dtype, tuple(x.strides))
-    if not isinstance(x, np.ndarray) and hasattr(x, "__cuda_array_interface__"):
+    if getattr(x, "__cuda_ndarray__", False):
+        # a numba device array; the simulator's has no __cuda_array_interface__, and its
+        # __dlpack__ would pass it off as a host array (numpy results for device inputs)
+        return ArrayArg(name, x, KIND_DEVICE, tuple(int(s) for s in x.shape), np.dtype(x.dtype),
+                        tuple(int(s) for s in x.strides))
+    if hasattr(x, "__cuda_array_interface__"):
         cai = x.__cuda_array_interface__
         dtype = np.dtype(cai["typestr"])
         shape = tuple(int(s) for s in cai["shape"])
@@ -219,12 +224,26 @@ def check_all_finite(a: ArrayArg, hint: str = "") -> None:
                          f"{tuple(int(i) for i in idx)}{hint}")
 
 
-def check_positive_int(value, name: str, lo: int = 1) -> int:
+def check_positive_int(value, name: str, lo: int = 1, hi: Optional[int] = None) -> int:
+    """``value`` as an int in ``lo .. hi`` (``hi`` None: no upper bound); bool is not an int."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
     if int(value) < lo:
         raise ValueError(f"{name}: must be >= {lo}, got {value}")
+    if hi is not None and int(value) > hi:
+        raise ValueError(f"{name}: must be <= {hi}, got {value}")
     return int(value)
+
+
+def parse_dtype(value, name: str, expected: str) -> np.dtype:
+    """``np.dtype(value)``, with numpy's own error for what it cannot read (``"bogus"``, ``5``)
+    replaced by a ``TypeError`` naming the argument; ``expected`` says what is accepted."""
+    if isinstance(value, np.dtype):
+        return value
+    try:
+        return np.dtype(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected {expected}, got {value!r}") from None
 
 
 # --- results in the caller's kind ------------------------------------------------------

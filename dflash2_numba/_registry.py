@@ -90,6 +90,10 @@ def unregister(family: str, name: str) -> None:
 
 
 def get_variant(family: str, name: str) -> Variant:
+    """The registered variant ``name`` of ``family``; ``TypeError`` / ``ValueError`` naming
+    the ``variant`` argument for a non-string or an unknown name."""
+    if not isinstance(name, str):
+        raise TypeError(f"variant: expected a str, got {type(name).__name__}")
     try:
         return _variants[family][name]
     except KeyError:

@@ -179,3 +179,26 @@ def test_route_counters_count_both_kernels():
 def test_registry_lists_frozen():
     v = d2.attention_variants()
     assert "frozen" in v and "contract" in v["frozen"] and v["frozen"]["description"]
+
+
+def test_device_arrays_in_device_arrays_out():
+    """Numba device arrays in (the simulator's too): ``out``, ``partial`` and ``lse`` come back
+    as device arrays, the caller workspace's own when one is passed, with the numpy call's
+    bytes."""
+    from numba import cuda
+
+    rng = np.random.default_rng(41)
+    c = case(rng, B=1, Q=2, Hq=2, Hkv=1, D=64, page_size=16, seq_lens=[200], strided=False)
+    assert active_splits(200, 2) == 2        # every split written: whole arrays compare
+    host = run(d2, c, splits=2)
+    dev = {k: (cuda.to_device(v) if isinstance(v, np.ndarray) else v) for k, v in c.items()}
+    ws = d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, splits=2)
+    ws.fill_sentinel()
+    for kw in ({}, {"workspace": ws}):
+        r = run(d2, dev, splits=2, **kw)
+        for name in ("out", "partial", "lse"):
+            got = getattr(r, name)
+            assert not isinstance(got, np.ndarray) and getattr(got, "__cuda_ndarray__", False), name
+            assert oracle.first_mismatch(got.copy_to_host(), getattr(host, name)) is None, name
+    assert r.out is ws.out and r.partial is ws.partial and r.lse is ws.lse
+    assert ws.guards_intact()

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import dflash2_numba as d2
-from dflash2_numba.contract import SENTINEL
+from dflash2_numba.attention.api import _check_grid_dims
+from dflash2_numba.contract import MAX_SPLITS, SENTINEL
 from tests.attention_helpers import case
 
 
@@ -88,8 +89,30 @@ def test_scales(good):
 
 def test_splits_variant_out_dtype(good):
     _bad(good, "splits", splits=0, workspace=None)
+    _bad(good, "splits: must be <= 65536", exc=ValueError, splits=MAX_SPLITS + 1, workspace=None)
+    _bad(good, "splits: must be <= 65536", exc=ValueError, splits=2 ** 31, workspace=None)
     _bad(good, "variant", variant="nope")
+    _bad(good, "variant: expected a str", exc=TypeError, variant=["frozen"])
     _bad(good, "out_dtype", exc=TypeError, out_dtype="bfloat16")
+    # what numpy cannot read at all is named too (numpy's own message does not name it)
+    _bad(good, "out_dtype", exc=TypeError, out_dtype="bogus")
+    _bad(good, "out_dtype", exc=TypeError, out_dtype=5)
+
+
+def test_grid_dimensions(good):
+    """B * Hkv and Hq * ceil(D / 64) sit on grid dimensions limited to 65535 (the register-
+    tiled splits and the batched combine): refused, naming q, for every variant alike."""
+    q = np.zeros((2, 2, 32768, 64), np.float16)
+    k = np.zeros((1, 8, 32768, 64), np.uint8)          # B * Hkv = 65536
+    for variant in ("frozen", "tiled_perm"):
+        _bad(good, "q: batch x KV heads", exc=ValueError, q=q, k_cache=k, v_cache=k,
+             variant=variant)
+    _check_grid_dims(1, 65535, 65535, 64)              # at the limit: accepted
+    _check_grid_dims(2, 32767, 16383, 256)
+    for args in [(65536, 1, 1, 64), (1, 65536, 65536, 64), (1, 16384, 16384, 256),
+                 (1, 32768, 32768, 128)]:
+        with pytest.raises(ValueError, match="q: batch x KV heads"):
+            _check_grid_dims(*args)
 
 
 def test_workspace_and_out(good):
@@ -123,5 +146,9 @@ def test_workspace_arguments():
         args.update(kw)
         with pytest.raises((TypeError, ValueError), match=name):
             d2.AttentionWorkspace(**args)
-    with pytest.raises(TypeError, match="out_dtype"):
-        d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, out_dtype="int8")
+    for odt in ("int8", "bogus", 5):
+        with pytest.raises(TypeError, match="out_dtype"):
+            d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, out_dtype=odt)
+    for splits in (MAX_SPLITS + 1, 2 ** 40):           # refused before any allocation
+        with pytest.raises(ValueError, match="splits: must be <= 65536"):
+            d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, splits=splits)

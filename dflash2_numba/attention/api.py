@@ -18,9 +18,11 @@ import numpy as np
 from .. import _arrays as A
 from .._compat import cuda
 from .._registry import UnsupportedShape, get_variant
-from ..contract import DEFAULT_SPLITS, HEAD_DIMS, MAX_GROUP, MAX_Q, ceil_div, default_row_lengths
+from ..contract import (DEFAULT_SPLITS, HEAD_DIMS, MAX_GRID_YZ, MAX_GROUP, MAX_Q, MAX_SPLITS,
+                        ceil_div, default_row_lengths)
 from ..e4m3 import DECODE_TABLE
 from ..workspace import AttentionWorkspace
+from .combine_batched import COLS as BATCHED_COMBINE_COLS
 
 _decode_table_dev = None
 
@@ -88,6 +90,17 @@ def _check_cache(arg: A.ArrayArg, name_layout: str):
     A.check_nonnegative_strides(arg)
 
 
+def _check_grid_dims(B: int, Hkv: int, Hq: int, D: int) -> None:
+    """Every variant's launches fit CUDA's grid: the second and third grid dimensions are at
+    most 65535, and they hold B (frozen's split), B * Hkv (the register-tiled splits), Hq
+    (frozen's split and combine) and Hq * ceil(D / 64) (the batched combine). One rule for
+    every variant, so that any shape one accepts, all accept."""
+    cols = ceil_div(D, BATCHED_COMBINE_COLS)
+    if B * Hkv > MAX_GRID_YZ or Hq * cols > MAX_GRID_YZ:
+        raise ValueError(f"q: batch x KV heads ({B} x {Hkv}) and query heads x {cols} ({Hq} x "
+                         f"{cols}) must each be <= {MAX_GRID_YZ} (a CUDA grid dimension)")
+
+
 def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale=1.0,
                    v_scale=1.0, row_lengths=None, splits=DEFAULT_SPLITS, variant="frozen",
                    out=None, workspace: Optional[AttentionWorkspace] = None,
@@ -118,6 +131,7 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         raise ValueError(f"k_cache: every dimension must be >= 1, got {ka.shape}")
     if Hq % Hkv != 0 or not 1 <= Hq // Hkv <= MAX_GROUP:
         raise ValueError(f"q: Hq = {Hq} must be G * Hkv with G in 1..{MAX_GROUP} (Hkv = {Hkv})")
+    _check_grid_dims(B, Hkv, Hq, D)
 
     bt = A.as_array_arg(block_table, "block_table")
     A.check_dtype(bt, [np.int32])
@@ -137,7 +151,7 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         qk_scale = np.float32(scale32 * ks32)
     if not np.isfinite(qk_scale):
         raise ValueError(f"scale: scale * k_scale overflows float32 ({scale!r} * {k_scale!r})")
-    S = A.check_positive_int(splits, "splits")
+    S = A.check_positive_int(splits, "splits", hi=MAX_SPLITS)
     A.check_all_finite(qa)   # NaN / inf in q is the caller's error, not a NaN output
 
     if row_lengths is not None:
@@ -161,7 +175,7 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         if cols:
             A.check_int_range(table[b, :cols], f"block_table[{b}]", 0, num_pages - 1)
 
-    odt = np.dtype(out_dtype) if not isinstance(out_dtype, np.dtype) else out_dtype
+    odt = A.parse_dtype(out_dtype, "out_dtype", "'float16' or 'float32'")
     if odt not in (np.dtype(np.float16), np.dtype(np.float32)):
         raise TypeError(f"out_dtype: expected 'float16' or 'float32', got {out_dtype!r}")
     if workspace is not None:

@@ -21,7 +21,7 @@ import numpy as np
 from .. import _registry
 from .._arrays import (KIND_NUMPY, ArrayArg, as_array_arg, check_all_finite, check_contiguous, check_dtype,
                        check_finite_scalar, check_int_range, check_ndim, check_nonnegative_strides,
-                       check_shape, resolve_stream, result_like)
+                       check_shape, parse_dtype, resolve_stream, result_like)
 from .._compat import cuda
 from ..contract import GDN_DIMS
 from ._common import VB, GdnPlan
@@ -207,18 +207,13 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
     l2 = _bool_arg(use_qk_l2norm, "use_qk_l2norm")
     want_state = _bool_arg(output_final_state, "output_final_state")
     values = _bool_arg(check_values, "check_values")
-    if not isinstance(variant, str):
-        raise TypeError(f"variant: expected a str, got {type(variant).__name__}")
     var = _registry.get_variant("gdn", variant)
     scale32 = (np.float32(float(K) ** -0.5) if scale is None
                else check_finite_scalar(scale, "scale"))
     if out_dtype is None:
         odt = np.dtype(qa.dtype)
     else:
-        try:
-            odt = np.dtype(out_dtype)
-        except TypeError:
-            raise TypeError(f"out_dtype: expected None, 'float32' or {qa.dtype}, got {out_dtype!r}") from None
+        odt = parse_dtype(out_dtype, "out_dtype", f"None, 'float32' or {qa.dtype}")
         if odt not in (np.dtype(np.float32), np.dtype(qa.dtype)):
             raise ValueError(f"out_dtype: expected None, 'float32' or {qa.dtype}, got {odt}")
 
