@@ -26,6 +26,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from typing import List, Optional
 
+from ._cli import compute_capability, output_path
+
 FP64_RE = re.compile(r"^\s*(?:@%p\d+\s+)?[a-z]+(?:\.[a-z0-9]+)*\.f64\b", re.M)
 REG_RE = re.compile(r"Used (\d+) registers")
 SPILL_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -194,18 +196,30 @@ def format_table(reports: List[KernelReport]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dflash2_numba.ptx", description=__doc__.splitlines()[0])
-    ap.add_argument("--cc", default="7.0", help="compute capability, e.g. 7.0")
+    ap = argparse.ArgumentParser(prog="python -m dflash2_numba.ptx",
+                                 description=" ".join(__doc__.split("\n\n")[0].split()))
+    ap.add_argument("--cc", default=(7, 0), type=compute_capability,
+                    help="compute capability, e.g. 7.0")
     ap.add_argument("--family", choices=["attention", "gdn"], default=None)
     ap.add_argument("--variant", default=None, help="only this variant's kernels")
     ap.add_argument("--dump", default=None, help="also write each kernel's PTX into this folder")
-    ap.add_argument("--json", default=None, help="write the rows as JSON here")
+    ap.add_argument("--json", default=None, type=output_path, help="write the rows as JSON here")
     args = ap.parse_args(argv)
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
         env = dict(os.environ)
         env.pop("NUMBA_ENABLE_CUDASIM")
         return subprocess.call([sys.executable, "-m", "dflash2_numba.ptx", *(argv or sys.argv[1:])], env=env)
-    major, minor = (int(x) for x in args.cc.split("."))
+    major, minor = args.cc
+    if args.variant is not None:
+        import dflash2_numba  # noqa: F401  (registers every variant)
+        from dflash2_numba import _registry
+
+        families = [args.family] if args.family else ["attention", "gdn"]
+        known = [n for f in families for n in _registry.variants(f)]
+        if args.variant not in known:
+            print(f"python -m dflash2_numba.ptx: error: --variant: no {args.family or 'attention or gdn'} "
+                  f"variant {args.variant!r}; known: {', '.join(known)}", file=sys.stderr)
+            return 2
     reports = build_reports((major, minor), args.family, args.variant, args.dump)
     print(format_table(reports))
     bad = [r for r in reports if not r.ok]

@@ -104,6 +104,10 @@ def _int_array(name, a, ndim):
         raise TypeError(f"{name}: expected an integer array (int32), got dtype {a.dtype}")
     if a.ndim != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {a.shape}")
+    if a.size and (int(a.min()) < -(2 ** 31) or int(a.max()) > 2 ** 31 - 1):
+        # (before the cast: a uint64 past int64 would wrap to a negative length)
+        raise ValueError(f"{name}: values must fit int32 (the contract's index type), "
+                         f"got range [{int(a.min())}, {int(a.max())}]")
     return a.astype(np.int64)
 
 
@@ -229,7 +233,16 @@ def _attention_fp64(q, kc, vc, bt, L, qk, vs):
             acc = np.zeros((Q * G, D), dtype=np.float64)
             for c0 in range(0, T, chunk):
                 c1 = min(T, c0 + chunk)
-                acc += S[:, c0:c1] @ E4M3_TABLE[vb[c0:c1, hk, :]]
+                Vc = E4M3_TABLE[vb[c0:c1, hk, :]]
+                bad = np.isnan(Vc)
+                if not bad.any():
+                    acc += S[:, c0:c1] @ Vc
+                    continue
+                # a NaN code reaches exactly the rows that see its key: a key a row does not
+                # see has probability 0 and is never multiplied (0 * NaN would be NaN)
+                acc += S[:, c0:c1] @ np.where(bad, 0.0, Vc)
+                sees = np.arange(c0, c1)[None, :] < Lr[:, None]        # [rows, c]
+                acc[(sees.astype(np.float64) @ bad.astype(np.float64)) > 0] = np.nan
             with np.errstate(invalid="ignore", divide="ignore"):
                 o = np.where(live[:, None], acc / np.where(live, den, 1.0)[:, None] * vs, 0.0)
             out[b, :, hk * G:(hk + 1) * G, :] = o.reshape(Q, G, D)

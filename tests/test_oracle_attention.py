@@ -277,6 +277,11 @@ BAD = [
     (lambda c: _mut(v_scale=float("inf")), ValueError, "v_scale"),
     (lambda c: _mut(v_scale=-1.0), ValueError, "v_scale"),
     (lambda c: dict(_base(), precision="fp32"), ValueError, "precision"),
+    # lengths past int32 are refused, not wrapped (2**64 - 1 as int64 is -1: an empty row)
+    (lambda c: _mut(row_lengths=np.full((2, 2), 2 ** 64 - 1, np.uint64)), ValueError,
+     "row_lengths"),
+    (lambda c: _mut(seq_lens=np.full(2, 2 ** 63 + 5, np.uint64)), ValueError, "seq_lens"),
+    (lambda c: _mut(seq_lens=np.full(2, 2 ** 31, np.int64)), ValueError, "seq_lens"),
 ]
 
 
@@ -292,3 +297,26 @@ def test_unused_block_table_entries_are_not_checked():
     bt = np.concatenate([c["block_table"], np.full((2, 3), -1, np.int32)], axis=1)
     a = oracle.attention_reference(**dict(c, block_table=bt))
     np.testing.assert_array_equal(a, oracle.attention_reference(**c))
+
+
+@pytest.mark.parametrize("rows", [None, [[1, 2]]])
+def test_nan_v_code_reaches_only_the_rows_that_see_its_key(rows):
+    """A NaN V byte at key 1, column 5: row 0 (L = 1) does not see it and stays finite (its
+    probability there is exactly 0, never multiplied by the NaN); row 1 sees it and is NaN
+    in column 5 only. fp64 and mp agree, NaN for NaN."""
+    c = random_attention_case(_rng(50), B=1, Q=2, Hq=2, Hkv=1, D=8, page_size=4,
+                              seq_lens=[2], row_lengths=rows, strided=False)
+    tok = 1
+    page = c["block_table"][0, tok // 4]
+    c["v_cache"][page, tok % 4, 0, 5] = 0x7F
+    for precision in ("fp64", "mp"):
+        out = oracle.attention_reference(**c, precision=precision)
+        out = np.asarray(out, dtype=np.float64)
+        assert np.isfinite(out[0, 0]).all(), precision
+        assert np.isnan(out[0, 1, :, 5]).all(), precision
+        assert np.isfinite(np.delete(out[0, 1], 5, axis=-1)).all(), precision
+    a = oracle.attention_reference(**c)
+    b = np.asarray(oracle.attention_reference(**c, precision="mp"), dtype=np.float64)
+    assert oracle.first_mismatch(np.isnan(a), np.isnan(b)) is None
+    fin = np.isfinite(b)
+    assert oracle.max_abs(a[fin], b[fin]) <= 1e-12 * np.abs(b[fin]).max()

@@ -42,6 +42,10 @@ def test_rel_l2_computed_in_float64():
     assert rel_l2(big * 1.5, big) == pytest.approx(0.5, rel=1e-15)       # no overflow
     tiny = np.array([1e-200, 1e-200])
     assert rel_l2(tiny * 1.5, tiny) == pytest.approx(0.5, rel=1e-15)     # no underflow
+    # finite inputs whose difference overflows float64: the finite ratio, not inf
+    assert rel_l2([1e308], [-1e308]) == 2.0
+    assert rel_l2([1e308, 3.0], [-1e308, 0.0]) == pytest.approx(2.0, rel=1e-15)
+    assert math.isinf(rel_l2([np.inf], [1e308]))                          # still inf in x
 
 
 def test_rel_l2_shape_mismatch():

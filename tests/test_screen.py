@@ -181,3 +181,46 @@ def test_screen_under_an_emulated_capability_says_so_and_records_it(monkeypatch,
     rows = [r for r in data["rows"] if r["variant"] == "tiled_compact"]
     assert rows and all(r["status"] == "ok" and r["bitwise"] is True for r in rows)
     assert all(".split.d64.sm70" in r["route"] for r in rows)
+
+
+@pytest.mark.parametrize("argv,what", [
+    (["attention", "--contexts", ""], "--contexts"),
+    (["attention", "--contexts", "abc"], "--contexts"),
+    (["attention", "--contexts", ","], "--contexts"),
+    (["gdn", "--contexts", "-5"], "--contexts"),
+    (["attention", "--contexts", "0"], "--contexts"),
+    (["attention", "--json", "/nonexistent_dir/x.json"], "--json"),
+    (["attention", "--plot", "/nonexistent_dir/x.png"], "--plot"),
+])
+def test_screen_usage_errors_before_any_check(argv, what, capsys):
+    """Malformed arguments and unwritable output paths are argparse usage errors (exit 2),
+    raised before anything runs, not a traceback at the start or a lost run at the end."""
+    with pytest.raises(SystemExit) as exc:
+        screen_main(argv)
+    assert exc.value.code == 2
+    assert what in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,unknown", [
+    (["attention", "--variants", "frozen,bogus"], "bogus"),   # one good name does not hide it
+    (["--variants", "bogus"], "bogus"),                       # family all names it too
+    (["attention", "--variants", "chunked"], "chunked"),      # the other family's variant
+    (["attention", "--variants", ","], "','"),
+])
+def test_screen_unknown_variants_are_a_usage_error(argv, unknown, capsys):
+    d2.route_counters(reset=True)
+    assert screen_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--variants" in err and unknown in err and "frozen" in err   # the known names listed
+    assert d2.route_counters() == {}, "a kernel was launched"
+
+
+def test_screen_variants_split_across_families_under_all(tmp_path):
+    """Under family all, each name runs in the family that registers it."""
+    out = tmp_path / "s.json"
+    rc = screen_main(["--contexts", "40", "--variants", "frozen,serial", "--json", str(out)])
+    import json
+
+    rows = json.loads(out.read_text())["rows"]
+    assert rc == 0
+    assert {(r["family"], r["variant"]) for r in rows} >= {("attention", "frozen"), ("gdn", "serial")}

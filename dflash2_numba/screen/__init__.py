@@ -5,7 +5,9 @@
 
 With no GPU it re-runs itself on numba's CUDA simulator and runs the quick matrix.
 Exit status 1 when any check fails (oracle bound, bitwise equality, guards, route audit,
-a crash); unsupported shapes are reported and do not fail the run.
+a crash); unsupported shapes are reported and do not fail the run. Exit status 2 for a
+usage error (malformed --contexts, a --variants name no screened family registers, a
+--json / --plot path whose folder cannot be written), before any check runs.
 """
 from __future__ import annotations
 
@@ -16,19 +18,43 @@ import subprocess
 import sys
 from typing import List, Optional
 
+from .._cli import output_path
+
+
+def _contexts(text: str) -> List[int]:
+    """``--contexts``: a comma-separated list of positive ints (a usage error otherwise)."""
+    items = [x.strip() for x in text.split(",")]
+    try:
+        values = [int(x) for x in items]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers, got {text!r}")
+    return values
+
 
 def _parse(argv):
     ap = argparse.ArgumentParser(prog="dflash2-screen", description=__doc__.splitlines()[0])
     ap.add_argument("family", nargs="?", default="all", choices=["attention", "gdn", "all"])
     ap.add_argument("--quick", action="store_true", help="small matrix (the default without a GPU)")
-    ap.add_argument("--contexts", default=None,
+    ap.add_argument("--contexts", default=None, type=_contexts,
                     help="comma-separated contexts (attention) / lengths (gdn) replacing the matrix's")
     ap.add_argument("--variants", default="all", help="'all' or comma-separated variant names")
-    ap.add_argument("--json", default=None, help="write every figure here")
-    ap.add_argument("--plot", default=None, help="write error-vs-context plot (PNG) here")
+    ap.add_argument("--json", default=None, type=output_path, help="write every figure here")
+    ap.add_argument("--plot", default=None, type=output_path,
+                    help="write error-vs-context plot (PNG) here")
     ap.add_argument("--mp", action="store_true", help="cross-check the FP64 oracle with mpmath on the smallest cases")
     ap.add_argument("--no-timing", action="store_true", help="skip GPU timing")
     return ap.parse_args(argv)
+
+
+def unknown_variants(wanted: str, families: List[str], registries) -> List[str]:
+    """The names in ``--variants`` that no screened family registers."""
+    if wanted == "all":
+        return []
+    known = set().union(*(registries[f] for f in families))
+    return [n.strip() for n in wanted.split(",") if n.strip() and n.strip() not in known]
 
 
 def _select(names_all, wanted: str, family: str, registry) -> List[str]:
@@ -36,9 +62,8 @@ def _select(names_all, wanted: str, family: str, registry) -> List[str]:
         chosen = list(names_all)
     else:
         chosen = [n.strip() for n in wanted.split(",") if n.strip()]
-        unknown = [n for n in chosen if n not in names_all]
-        chosen = [n for n in chosen if n in names_all]
-        if unknown and not chosen:
+        chosen = [n for n in chosen if n in names_all]   # (main refuses names no family has)
+        if not chosen:
             return []
     # every chosen variant's bitwise reference runs too, first
     refs = []
@@ -71,7 +96,15 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     quick = args.quick or SIMULATOR
     timing = not SIMULATOR and not args.no_timing
-    contexts = [int(x) for x in args.contexts.split(",")] if args.contexts else None
+    contexts = args.contexts
+    families = ["attention", "gdn"] if args.family == "all" else [args.family]
+    registries = {f: _registry.variants(f) for f in families}
+    unknown = unknown_variants(args.variants, families, registries)
+    if unknown or not [n for n in args.variants.split(",") if n.strip()]:
+        print(f"dflash2-screen: error: --variants: unknown for {args.family}: "
+              f"{', '.join(unknown) or repr(args.variants)}; known: "
+              f"{', '.join(n for f in families for n in registries[f])}", file=sys.stderr)
+        return 2
     where = "CUDA simulator" if SIMULATOR else "GPU"
     emu = emulated_cc()
     print(f"dflash2-screen: {'quick' if quick else 'full'} matrix on the {where}", flush=True)
@@ -87,14 +120,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 1
 
     rows = []
-    failures_outside_rows = []
-    families = ["attention", "gdn"] if args.family == "all" else [args.family]
     for fam in families:
-        registry = _registry.variants(fam)
+        registry = registries[fam]
         names = _select(list(registry), args.variants, fam, registry)
-        if not names:
-            if args.variants != "all" and args.family == fam:
-                failures_outside_rows.append(f"{fam}: none of the variants {args.variants!r} exist")
+        if not names:                 # (--variants names only the other family's)
             continue
         if fam == "attention":
             from .attention import expected_steps, run_attention
@@ -116,8 +145,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     report.print_table(rows)
     failed = [r for r in rows if r.status in ("FAIL", "error")]
     unsupported = [r for r in rows if r.status == "unsupported"]
-    for msg in failures_outside_rows:
-        print(msg)
     print(f"\n{len(rows)} checks: {len(rows) - len(failed) - len(unsupported)} passed, "
           f"{len(failed)} failed, {len(unsupported)} unsupported")
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -135,7 +162,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         report.write_json(rows, args.json, meta)
     if args.plot:
         report.write_plot(rows, args.plot)
-    return 1 if failed or failures_outside_rows or not rows else 0
+    return 1 if failed or not rows else 0
 
 
 def _commit() -> str:
