@@ -45,9 +45,7 @@ def _kind_of(x: Any) -> str:
             return KIND_TORCH
         if mod == "cupy":
             return KIND_CUPY
-        if mod == "numba":
-            return KIND_DEVICE
-        return KIND_CAI
+        return KIND_CAI           # (numba's own device arrays never get here: as_array_arg)
     return ""
 
 

@@ -23,8 +23,16 @@ class UnsupportedShape(ValueError):
     """A variant was asked for a shape it does not implement (it never falls back)."""
 
 
+GRID_LIMITS = (2 ** 31 - 1, 65535, 65535)   # CUDA's grid dimension limits (x, y, z)
+
+
 def launch(kernel_name: str, kernel, grid, block, stream, *args) -> None:
-    """Launch one numba.cuda kernel under the exact-FP32 compile flags and count it."""
+    """Launch one numba.cuda kernel under the exact-FP32 compile flags and count it. A grid
+    past CUDA's limits is refused here, naming the kernel (a backstop: the public entry
+    points refuse such shapes before any launch, e.g. attention's ``_check_grid_dims``)."""
+    dims = grid if isinstance(grid, tuple) else (grid,)
+    if any(int(d) > lim for d, lim in zip(dims, GRID_LIMITS)):
+        raise ValueError(f"{kernel_name}: grid {dims} exceeds CUDA's limits {GRID_LIMITS}")
     with exact_fp32():
         kernel[grid, block, stream](*args)
     with _lock:
@@ -103,6 +111,12 @@ def get_variant(family: str, name: str) -> Variant:
 
 def variants(family: str) -> Dict[str, Variant]:
     return dict(_variants.get(family, {}))
+
+
+def variant_names(families) -> list:
+    """The registered variant names of ``families``, family by family in registration order
+    (what a tool's ``--variant(s)`` argument may name)."""
+    return [n for f in families for n in _variants.get(f, {})]
 
 
 def all_kernel_specs():

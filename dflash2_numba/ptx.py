@@ -215,7 +215,7 @@ def main(argv=None) -> int:
         from dflash2_numba import _registry
 
         families = [args.family] if args.family else ["attention", "gdn"]
-        known = [n for f in families for n in _registry.variants(f)]
+        known = _registry.variant_names(families)
         if args.variant not in known:
             print(f"python -m dflash2_numba.ptx: error: --variant: no {args.family or 'attention or gdn'} "
                   f"variant {args.variant!r}; known: {', '.join(known)}", file=sys.stderr)

@@ -152,3 +152,24 @@ def test_workspace_arguments():
     for splits in (MAX_SPLITS + 1, 2 ** 40):           # refused before any allocation
         with pytest.raises(ValueError, match="splits: must be <= 65536"):
             d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, splits=splits)
+
+
+def test_launch_refuses_a_grid_past_cuda_limits():
+    """The backstop under every variant: ``_registry.launch`` refuses a grid past CUDA's
+    limits naming the kernel, and neither launches nor counts it."""
+    from dflash2_numba import _registry
+
+    class Kernel:
+        calls = 0
+
+        def __getitem__(self, config):
+            Kernel.calls += 1
+            return lambda *args: None
+
+    d2.route_counters(reset=True)
+    for grid in [(1, 65536, 1), (1, 1, 65536), 2 ** 31, (2 ** 31, 1, 1)]:
+        with pytest.raises(ValueError, match="test.kernel: grid"):
+            _registry.launch("test.kernel", Kernel(), grid, 32, 0)
+    assert Kernel.calls == 0 and d2.route_counters() == {}
+    _registry.launch("test.kernel", Kernel(), (2 ** 31 - 1, 65535, 65535), 32, 0)
+    assert Kernel.calls == 1 and d2.route_counters(reset=True) == {"test.kernel": 1}

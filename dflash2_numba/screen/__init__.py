@@ -49,11 +49,10 @@ def _parse(argv):
     return ap.parse_args(argv)
 
 
-def unknown_variants(wanted: str, families: List[str], registries) -> List[str]:
-    """The names in ``--variants`` that no screened family registers."""
+def unknown_variants(wanted: str, known: List[str]) -> List[str]:
+    """The names in ``--variants`` that are not in ``known``."""
     if wanted == "all":
         return []
-    known = set().union(*(registries[f] for f in families))
     return [n.strip() for n in wanted.split(",") if n.strip() and n.strip() not in known]
 
 
@@ -98,12 +97,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     timing = not SIMULATOR and not args.no_timing
     contexts = args.contexts
     families = ["attention", "gdn"] if args.family == "all" else [args.family]
-    registries = {f: _registry.variants(f) for f in families}
-    unknown = unknown_variants(args.variants, families, registries)
+    known = _registry.variant_names(families)
+    unknown = unknown_variants(args.variants, known)
     if unknown or not [n for n in args.variants.split(",") if n.strip()]:
         print(f"dflash2-screen: error: --variants: unknown for {args.family}: "
-              f"{', '.join(unknown) or repr(args.variants)}; known: "
-              f"{', '.join(n for f in families for n in registries[f])}", file=sys.stderr)
+              f"{', '.join(unknown) or repr(args.variants)}; known: {', '.join(known)}",
+              file=sys.stderr)
         return 2
     where = "CUDA simulator" if SIMULATOR else "GPU"
     emu = emulated_cc()
@@ -121,7 +120,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     rows = []
     for fam in families:
-        registry = registries[fam]
+        registry = _registry.variants(fam)
         names = _select(list(registry), args.variants, fam, registry)
         if not names:                 # (--variants names only the other family's)
             continue
