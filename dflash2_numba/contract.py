@@ -13,7 +13,7 @@ K_SLICE = 16                      # "K16": dot products in fresh FP32 slices of 
 TILE_KEYS = 32                    # "N32": keys per online-softmax tile
 HALF_TILE = 16                    # PV runs over the tile in two halves of 16 keys
 DEFAULT_SPLITS = 80               # logical splits S
-MAX_SPLITS = 1 << 16             # the most logical splits a call or workspace accepts
+MAX_LOGICAL_SPLITS = 1 << 16     # the most logical splits a call or workspace accepts
 MAX_GRID_YZ = 65535              # CUDA's limit on a launch's second and third grid dimensions
 SINGLE_SPLIT_MAX_KEYS = 128       # T <= 128 -> one active split
 KEYS_PER_SPLIT_TARGET = 64        # otherwise A = min(S, ceil(T / 64))

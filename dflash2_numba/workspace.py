@@ -14,7 +14,7 @@ import numpy as np
 
 from ._arrays import check_positive_int, parse_dtype
 from ._compat import cuda
-from .contract import DEFAULT_SPLITS, MAX_SPLITS, SENTINEL
+from .contract import DEFAULT_SPLITS, MAX_LOGICAL_SPLITS, SENTINEL
 
 
 class _Guarded:
@@ -53,7 +53,7 @@ class AttentionWorkspace:
         self.q_len = check_positive_int(q_len, "q_len")
         self.heads = check_positive_int(heads, "heads")
         self.head_dim = check_positive_int(head_dim, "head_dim")
-        self.splits = check_positive_int(splits, "splits", hi=MAX_SPLITS)
+        self.splits = check_positive_int(splits, "splits", hi=MAX_LOGICAL_SPLITS)
         odt = parse_dtype(out_dtype, "out_dtype", "float16 or float32")
         if odt not in (np.dtype(np.float16), np.dtype(np.float32)):
             raise TypeError(f"out_dtype: expected float16 or float32, got {out_dtype}")

@@ -5,7 +5,7 @@ import pytest
 
 import dflash2_numba as d2
 from dflash2_numba.attention.api import _check_grid_dims
-from dflash2_numba.contract import MAX_SPLITS, SENTINEL
+from dflash2_numba.contract import MAX_LOGICAL_SPLITS, SENTINEL
 from tests.attention_helpers import case
 
 
@@ -89,7 +89,7 @@ def test_scales(good):
 
 def test_splits_variant_out_dtype(good):
     _bad(good, "splits", splits=0, workspace=None)
-    _bad(good, "splits: must be <= 65536", exc=ValueError, splits=MAX_SPLITS + 1, workspace=None)
+    _bad(good, "splits: must be <= 65536", exc=ValueError, splits=MAX_LOGICAL_SPLITS + 1, workspace=None)
     _bad(good, "splits: must be <= 65536", exc=ValueError, splits=2 ** 31, workspace=None)
     _bad(good, "variant", variant="nope")
     _bad(good, "variant: expected a str", exc=TypeError, variant=["frozen"])
@@ -149,7 +149,7 @@ def test_workspace_arguments():
     for odt in ("int8", "bogus", 5):
         with pytest.raises(TypeError, match="out_dtype"):
             d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, out_dtype=odt)
-    for splits in (MAX_SPLITS + 1, 2 ** 40):           # refused before any allocation
+    for splits in (MAX_LOGICAL_SPLITS + 1, 2 ** 40):           # refused before any allocation
         with pytest.raises(ValueError, match="splits: must be <= 65536"):
             d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, splits=splits)
 

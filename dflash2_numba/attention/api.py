@@ -18,8 +18,8 @@ import numpy as np
 from .. import _arrays as A
 from .._compat import cuda
 from .._registry import UnsupportedShape, get_variant
-from ..contract import (DEFAULT_SPLITS, HEAD_DIMS, MAX_GRID_YZ, MAX_GROUP, MAX_Q, MAX_SPLITS,
-                        ceil_div, default_row_lengths)
+from ..contract import (DEFAULT_SPLITS, HEAD_DIMS, MAX_GRID_YZ, MAX_GROUP, MAX_LOGICAL_SPLITS,
+                        MAX_Q, ceil_div, default_row_lengths)
 from ..e4m3 import DECODE_TABLE
 from ..workspace import AttentionWorkspace
 from .combine_batched import COLS as BATCHED_COMBINE_COLS
@@ -151,7 +151,7 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         qk_scale = np.float32(scale32 * ks32)
     if not np.isfinite(qk_scale):
         raise ValueError(f"scale: scale * k_scale overflows float32 ({scale!r} * {k_scale!r})")
-    S = A.check_positive_int(splits, "splits", hi=MAX_SPLITS)
+    S = A.check_positive_int(splits, "splits", hi=MAX_LOGICAL_SPLITS)
     A.check_all_finite(qa)   # NaN / inf in q is the caller's error, not a NaN output
 
     if row_lengths is not None:
