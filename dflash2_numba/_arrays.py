@@ -233,6 +233,17 @@ def check_positive_int(value, name: str, lo: int = 1, hi: Optional[int] = None) 
     return int(value)
 
 
+def check_dtype_choice(value, name: str, allowed: Sequence) -> np.dtype:
+    """``value`` read as a dtype that must be one of ``allowed``; ``TypeError`` naming the
+    argument otherwise (what numpy cannot read included)."""
+    choices = [np.dtype(d) for d in allowed]
+    expected = " or ".join(str(d) for d in choices)
+    odt = parse_dtype(value, name, expected)
+    if odt not in choices:
+        raise TypeError(f"{name}: expected {expected}, got {value!r}")
+    return odt
+
+
 def parse_dtype(value, name: str, expected: str) -> np.dtype:
     """``np.dtype(value)``, with numpy's own error for what it cannot read (``"bogus"``, ``5``)
     replaced by a ``TypeError`` naming the argument; ``expected`` says what is accepted."""

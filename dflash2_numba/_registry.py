@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from ._compat import exact_fp32
+from .contract import MAX_GRID_YZ
 
 _lock = threading.Lock()
 _route_counts: "collections.Counter[str]" = collections.Counter()
@@ -23,7 +24,7 @@ class UnsupportedShape(ValueError):
     """A variant was asked for a shape it does not implement (it never falls back)."""
 
 
-GRID_LIMITS = (2 ** 31 - 1, 65535, 65535)   # CUDA's grid dimension limits (x, y, z)
+GRID_LIMITS = (2 ** 31 - 1, MAX_GRID_YZ, MAX_GRID_YZ)   # CUDA's grid dimension limits (x, y, z)
 
 
 def launch(kernel_name: str, kernel, grid, block, stream, *args) -> None:

@@ -14,6 +14,7 @@ TILE_KEYS = 32                    # "N32": keys per online-softmax tile
 HALF_TILE = 16                    # PV runs over the tile in two halves of 16 keys
 DEFAULT_SPLITS = 80               # logical splits S
 MAX_LOGICAL_SPLITS = 1 << 16     # the most logical splits a call or workspace accepts
+ATTENTION_OUT_DTYPES = (np.float16, np.float32)   # out_dtype: the FP16 output or the pre-cast FP32
 MAX_GRID_YZ = 65535              # CUDA's limit on a launch's second and third grid dimensions
 SINGLE_SPLIT_MAX_KEYS = 128       # T <= 128 -> one active split
 KEYS_PER_SPLIT_TARGET = 64        # otherwise A = min(S, ceil(T / 64))

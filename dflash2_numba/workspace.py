@@ -12,9 +12,9 @@ from typing import Dict
 
 import numpy as np
 
-from ._arrays import check_positive_int, parse_dtype
+from ._arrays import check_dtype_choice, check_positive_int
 from ._compat import cuda
-from .contract import DEFAULT_SPLITS, MAX_LOGICAL_SPLITS, SENTINEL
+from .contract import ATTENTION_OUT_DTYPES, DEFAULT_SPLITS, MAX_LOGICAL_SPLITS, SENTINEL
 
 
 class _Guarded:
@@ -54,10 +54,7 @@ class AttentionWorkspace:
         self.heads = check_positive_int(heads, "heads")
         self.head_dim = check_positive_int(head_dim, "head_dim")
         self.splits = check_positive_int(splits, "splits", hi=MAX_LOGICAL_SPLITS)
-        odt = parse_dtype(out_dtype, "out_dtype", "float16 or float32")
-        if odt not in (np.dtype(np.float16), np.dtype(np.float32)):
-            raise TypeError(f"out_dtype: expected float16 or float32, got {out_dtype}")
-        self.out_dtype = odt
+        self.out_dtype = check_dtype_choice(out_dtype, "out_dtype", ATTENTION_OUT_DTYPES)
         g = self.head_dim if guard is None else check_positive_int(guard, "guard")
         B, S, Q, H, D = self.batch, self.splits, self.q_len, self.heads, self.head_dim
         self._buffers: Dict[str, _Guarded] = {

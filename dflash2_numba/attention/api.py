@@ -18,8 +18,8 @@ import numpy as np
 from .. import _arrays as A
 from .._compat import cuda
 from .._registry import UnsupportedShape, get_variant
-from ..contract import (DEFAULT_SPLITS, HEAD_DIMS, MAX_GRID_YZ, MAX_GROUP, MAX_LOGICAL_SPLITS,
-                        MAX_Q, ceil_div, default_row_lengths)
+from ..contract import (ATTENTION_OUT_DTYPES, DEFAULT_SPLITS, HEAD_DIMS, MAX_GRID_YZ, MAX_GROUP,
+                        MAX_LOGICAL_SPLITS, MAX_Q, ceil_div, default_row_lengths)
 from ..e4m3 import DECODE_TABLE
 from ..workspace import AttentionWorkspace
 from .combine_batched import COLS as BATCHED_COMBINE_COLS
@@ -175,9 +175,7 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         if cols:
             A.check_int_range(table[b, :cols], f"block_table[{b}]", 0, num_pages - 1)
 
-    odt = A.parse_dtype(out_dtype, "out_dtype", "'float16' or 'float32'")
-    if odt not in (np.dtype(np.float16), np.dtype(np.float32)):
-        raise TypeError(f"out_dtype: expected 'float16' or 'float32', got {out_dtype!r}")
+    odt = A.check_dtype_choice(out_dtype, "out_dtype", ATTENTION_OUT_DTYPES)
     if workspace is not None:
         if not isinstance(workspace, AttentionWorkspace):
             raise TypeError(f"workspace: expected an AttentionWorkspace, got {type(workspace).__name__}")
