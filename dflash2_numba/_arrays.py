@@ -171,8 +171,17 @@ def check_nonnegative_strides(a: ArrayArg) -> None:
         raise ValueError(f"{a.name}: negative strides are not supported, got {a.strides}")
 
 
+def is_c_contiguous(a: ArrayArg) -> bool:
+    """C-contiguous as numpy and numba decide it: the stride of a dimension of size 1 is
+    never read, and an empty array is contiguous."""
+    if any(n == 0 for n in a.shape):
+        return True
+    want = _contiguous_strides(a.shape, a.itemsize)
+    return all(n == 1 or st == w for n, st, w in zip(a.shape, a.strides, want))
+
+
 def check_contiguous(a: ArrayArg) -> None:
-    if a.strides != _contiguous_strides(a.shape, a.itemsize) and int(np.prod(a.shape)) > 0:
+    if not is_c_contiguous(a):
         raise ValueError(f"{a.name}: expected a C-contiguous array, got strides {a.strides}")
 
 
@@ -190,7 +199,11 @@ def check_writable_output(a: ArrayArg, shape: Sequence[int], dtype, layout: str)
 def check_finite_scalar(value, name: str, positive: bool = False) -> np.float32:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:            # an int past float64's range (10 ** 400)
+        raise ValueError(f"{name}: must be finite in float32, got an int of {len(str(abs(value)))} "
+                         f"digits") from None
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)   # 1e39 -> inf is what we test for
         v32 = np.float32(v)

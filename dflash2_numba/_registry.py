@@ -76,6 +76,9 @@ class Variant:
     supports: Callable = field(default=lambda plan: None)  # raises UnsupportedShape
     bitwise_reference: Optional[str] = None  # the frozen variant it must match byte for byte
     prepare: Optional[Callable] = None        # prepare(plan, stream): allocate scratch at plan time
+    # its kernels read the GDN inputs (q, k, v, g, beta) as flat C-contiguous arrays: the
+    # API refuses strided device inputs for it by name (numpy inputs are copied compactly)
+    flat_inputs: bool = False
 
     def describe(self) -> Dict[str, str]:
         return {"description": self.description, "contract": self.contract,

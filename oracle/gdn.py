@@ -84,7 +84,10 @@ def _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm,
     else:
         if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
             raise TypeError(f"scale: expected a real number or None, got {type(scale).__name__}")
-        scale = float(scale)
+        try:
+            scale = float(scale)
+        except OverflowError:
+            raise ValueError("scale: must be finite, got an int past float64's range") from None
         if not math.isfinite(scale):
             raise ValueError(f"scale: must be finite, got {scale}")
     if cu_seqlens is None:
@@ -94,8 +97,8 @@ def _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm,
         cu = np.asarray(cu_seqlens)
         if cu.dtype.kind not in "iu":
             raise TypeError(f"cu_seqlens: expected an integer array (int32), got dtype {cu.dtype}")
-        if cu.ndim != 1 or cu.shape[0] < 2:
-            raise ValueError(f"cu_seqlens: expected shape [N + 1] with N >= 1, got {cu.shape}")
+        if cu.ndim != 1 or cu.shape[0] < 1:
+            raise ValueError(f"cu_seqlens: expected shape [N + 1] with N >= 0, got {cu.shape}")
         if B != 1:
             raise ValueError(f"cu_seqlens: packed variable-length input needs B == 1, q has B={B}")
         cu = cu.astype(np.int64)
@@ -249,13 +252,18 @@ def _chunk_step(qc, kc, vc, gc, bc, h, scale):
     """
     C = qc.shape[1]
     gam = np.cumsum(gc, axis=1)                                   # gamma_i = sum_{r<=i} g_r
-    diff = gam[:, :, None] - gam[:, None, :]                      # gamma_i - gamma_j
     causal = np.tril(np.ones((C, C), dtype=bool))                 # i >= j
     strict = np.tril(np.ones((C, C), dtype=bool), -1)             # i > j
+    # gamma_i - gamma_j as the sum of g_r over j < r <= i, not as a difference of prefix
+    # sums: with a g = -inf in the chunk the difference would be -inf - -inf = NaN.
+    # seg[j, i] = sum_{j < r <= i} g_r (0 for i <= j), per value head.
+    seg = np.cumsum(np.where(np.arange(C)[None, :, None] < np.arange(C)[None, None, :],
+                             gc[:, None, :], 0.0), axis=2)
+    diff = seg.transpose(0, 2, 1)                                 # [HV, i, j]
     # exp only of non-positive arguments: the anti-causal entries become exp(-inf) = 0.
     Dc = np.exp(np.where(causal, diff, -np.inf))                  # exp(gamma_i - gamma_j), i >= j
     eg = np.exp(gam)                                              # exp(gamma_i), gamma_i <= 0
-    egl = np.exp(gam[:, -1:] - gam)                               # exp(gamma_last - gamma_i)
+    egl = np.exp(seg[:, :, -1])                                   # exp(gamma_last - gamma_i)
     kk = np.matmul(kc, kc.transpose(0, 2, 1))                     # k_i . k_j
     A = np.where(strict, bc[:, :, None] * Dc * kk, 0.0)           # strictly lower
     M = A + np.eye(C)

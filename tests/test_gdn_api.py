@@ -66,6 +66,7 @@ BAD = [
     ("scale-nan", _mut(scale=float("nan")), ValueError, "scale"),
     ("scale-inf32", _mut(scale=1e39), ValueError, "scale"),
     ("scale-str", _mut(scale="1"), TypeError, "scale"),
+    ("scale-huge-int", _mut(scale=10 ** 400), ValueError, "scale"),
     ("cu-B2", lambda c: {**{n: np.concatenate([a, a]) for n, a in c.items()}, "cu_seqlens": CU_OK},
      ValueError, "cu_seqlens"),
     ("cu-int64", _mut(cu_seqlens=CU_OK.astype(np.int64)), TypeError, "cu_seqlens"),
@@ -145,6 +146,26 @@ def test_state_cache_errors_leave_cache_untouched(extra, exc, name):
         gdn_prefill(**case)
     assert str(info.value).startswith(f"{name}:"), str(info.value)
     assert (cache == SENT).all()
+
+
+def test_non_finite_named_cache_row_rejected():
+    """The cache rows state_indices names are the initial states: a NaN there is refused
+    naming state_cache, the slot and the index, and the cache is left as it was; a NaN in
+    a slot no sequence names is never read; check_values=False lets the NaN through."""
+    case, cache = _cache_case()
+    cache[3, 1, 4, 5] = np.nan                      # slot 3: named below
+    cache[2, 0, 0, 0] = np.inf                      # slot 2: never named
+    before = cache.copy()
+    with pytest.raises(ValueError, match=r"^state_cache: the initial state of sequence 1 "
+                                         r"\(slot 3\).*index \(3, 1, 4, 5\)"):
+        gdn_prefill(**case, state_cache=cache, state_indices=np.array([0, 3], np.int32))
+    assert np.array_equal(cache, before, equal_nan=True)
+    cache[[0, 1]] = 0.0
+    o, st = gdn_prefill(**case, state_cache=cache, state_indices=np.array([0, 1], np.int32))
+    assert st is cache and np.isfinite(o).all() and np.isfinite(cache[[0, 1]]).all()
+    o, _ = gdn_prefill(**case, state_cache=cache, state_indices=np.array([0, 3], np.int32),
+                       check_values=False)
+    assert np.isnan(o[0, 2:]).any() and not np.isnan(o[0, :2]).any()   # sequence 1 only
 
 
 def test_read_only_cache_rejected():

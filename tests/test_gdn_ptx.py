@@ -85,3 +85,57 @@ def test_gdn_kernels_compile_for_sm70():
         if "registers" in r:
             assert r.get("spill_store_bytes", 0) == 0 and r.get("spill_load_bytes", 0) == 0, r
             assert r.get("stack_bytes", 0) == 0, r
+
+
+LAYOUT_CHILD = textwrap.dedent(r"""
+    import json, sys
+    try:
+        from numba.cuda.cudadrv.nvvm import NVVM
+        NVVM()
+    except Exception as e:
+        print("NO_NVVM", e)
+        sys.exit(77)
+    from numba import types as t
+    import dflash2_numba.gdn  # noqa: F401  (registers the variants)
+    from dflash2_numba import _registry
+    from dflash2_numba._compat import compile_ptx_cc
+
+    def strided(sig):
+        # q, k, v (4-d) and g, beta (3-d) as any-layout arrays, as a strided device view types
+        return tuple(t.Array(a.dtype, a.ndim, "A")
+                     if isinstance(a, t.Array) and a.ndim >= 3 and a.dtype in (t.float16, t.float32)
+                     else a for a in sig)
+
+    out = {}
+    for name, v in _registry.variants("gdn").items():
+        typed = True
+        for spec in v.kernels:
+            try:
+                compile_ptx_cc(spec.pyfunc, strided(spec.signatures[0]), cc=(7, 0))
+            except Exception as e:
+                if "TypingError" not in type(e).__name__:
+                    raise
+                typed = False
+                break
+        out[name] = {"flat_inputs": v.flat_inputs, "strided_compiles": typed}
+    print("LAYOUT" + json.dumps(out))
+""")
+
+
+def test_flat_inputs_flag_matches_what_compiles():
+    """``Variant.flat_inputs`` (the API's refusal of strided device inputs) is exactly the
+    set of variants whose kernels do not type with any-layout q, k, v, g, beta at sm_70:
+    the frozen and serial kernels accept strided views, the pre-pass variants do not."""
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", LAYOUT_CHILD], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    if proc.returncode == 77:
+        pytest.skip("numba.cuda cannot find libNVVM: " + proc.stdout.strip()[-200:])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("LAYOUT")][-1]
+    found = json.loads(line[6:])
+    assert {"chunked", "serial"} <= set(found)
+    for name, r in found.items():
+        assert r["flat_inputs"] == (not r["strided_compiles"]), (name, r)

@@ -171,6 +171,27 @@ def test_chunked_matches_recurrence_gva_varlen(H, HV):
         assert _close(oracle.gdn_reference_chunked(**case, chunk=chunk), oracle.gdn_reference(**case))
 
 
+@pytest.mark.parametrize("at", [0, 10, 63, 64, 69])
+def test_chunked_matches_recurrence_with_minus_inf_decay(at):
+    """g = -inf (a full reset) at a chunk's first, middle or last token: the chunked algebra
+    sums g over each (j, i] segment instead of differencing prefix sums (-inf - -inf)."""
+    case = random_gdn_case(_rng(145 + at), B=1, T=70, H=1, HV=2, K=4, V=4)
+    case["g"][0, at, 1] = -np.inf
+    c = oracle.gdn_reference_chunked(**case)
+    a = oracle.gdn_reference(**case)
+    assert np.isfinite(c[0]).all() and np.isfinite(c[1]).all()
+    assert _close(c, a)
+
+
+def test_no_sequences():
+    """cu_seqlens = [0] (N = 0, T = 0), as the kernels' API accepts it: empty results."""
+    case = random_gdn_case(_rng(146), B=1, T=0, H=1, HV=2, K=4, V=3, with_state=False)
+    cu = np.array([0], np.int32)
+    for f in (oracle.gdn_reference, oracle.gdn_reference_mp, oracle.gdn_reference_chunked):
+        o, st = f(**case, cu_seqlens=cu)
+        assert o.shape == (1, 0, 2, 3) and st.shape == (0, 2, 4, 3)
+
+
 def test_chunked_without_l2norm():
     rng = _rng(160)
     case = random_gdn_case(rng, B=2, T=70, H=1, HV=2, K=16, V=8)
@@ -218,6 +239,7 @@ BAD = [
     (dict(beta=np.zeros((1, 6), np.float32)), ValueError, "beta"),
     (dict(scale=float("inf")), ValueError, "scale"),
     (dict(scale="x"), TypeError, "scale"),
+    (dict(scale=10 ** 400), ValueError, "scale"),
     (dict(initial_state=np.zeros((2, 4, 4, 3), np.float32)), ValueError, "initial_state"),
     (dict(cu_seqlens=np.array([0, 2, 6], np.float32)), TypeError, "cu_seqlens"),
     (dict(cu_seqlens=np.array([1, 6], np.int32), initial_state=None), ValueError, "cu_seqlens"),

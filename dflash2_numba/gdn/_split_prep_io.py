@@ -31,6 +31,10 @@ if SIMULATOR:
     _F32 = np.float32
 
     def view(a, base):
+        # the GPU intrinsic types only layout "C"; numpy's reshape would copy a strided
+        # array silently (a result here, a typing error on the GPU)
+        if not a.flags.c_contiguous:
+            raise TypeError("view: needs a C-contiguous array")
         return a.reshape(-1)[base:]
 
     def ldx(a, off):

@@ -10,7 +10,15 @@ Values
 * ``g`` must be finite and ``<= 0`` (log decay) and ``beta`` finite. These are checked on
   the host (device arrays are copied to the host for it) unless ``check_values=False``;
   the kernels read ``min(g, 0)`` in any case, so they never exponentiate a positive
-  number. q, k, v and the states are not value-checked (non-finite values propagate).
+  number. q, k, v and the initial states (``initial_state``, or the ``state_cache`` rows
+  that ``state_indices`` names) must be finite too, checked the same way; with
+  ``check_values=False`` non-finite values propagate.
+
+Layouts
+-------
+Device q, k, v, g and beta may be strided (non-negative strides) for ``chunked`` and
+``serial``; the other variants read them as flat C-contiguous arrays (their pre-pass
+loads 16 bytes at a time) and refuse any other layout by name (``Variant.flat_inputs``).
 """
 from __future__ import annotations
 
@@ -20,6 +28,7 @@ import numpy as np
 
 from .. import _registry
 from .._arrays import (KIND_NUMPY, ArrayArg, as_array_arg, check_all_finite, check_contiguous, check_dtype,
+                       is_c_contiguous,
                        check_finite_scalar, check_int_range, check_ndim, check_nonnegative_strides,
                        check_shape, parse_dtype, resolve_stream, result_like)
 from .._compat import cuda
@@ -40,6 +49,19 @@ def _to_device(a: ArrayArg, stream):
     if a.kind == KIND_NUMPY:
         return cuda.to_device(np.ascontiguousarray(a.obj), stream=stream)
     return a.device(stream)
+
+
+def _check_cache_rows(sca: ArrayArg, idx_host: np.ndarray) -> None:
+    """The ``state_cache`` rows ``state_indices`` names (the initial states) are finite;
+    only those rows are read (one copy a row for device caches)."""
+    for n, slot in enumerate(idx_host.tolist()):
+        rows = sca.obj[slot] if sca.kind == KIND_NUMPY else sca.device()[slot].copy_to_host()
+        bad = np.flatnonzero(~np.isfinite(np.asarray(rows)))
+        if bad.size:
+            idx = (slot,) + tuple(int(i) for i in np.unravel_index(int(bad[0]), rows.shape))
+            raise ValueError(f"state_cache: the initial state of sequence {n} (slot {slot}) must be "
+                             f"finite; found {rows[idx[1:]]!r} at index {idx} "
+                             f"(pass check_values=False to skip this check)")
 
 
 def _check_values(g: ArrayArg, beta: ArrayArg, *finite: ArrayArg) -> None:
@@ -265,6 +287,15 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
 
     if values:
         _check_values(ga, ba, qa, ka, va, isa)
+        if sca is not None:
+            _check_cache_rows(sca, idx_host)
+    if var.flat_inputs:
+        for a in (qa, ka, va, ga, ba):
+            if a.kind != KIND_NUMPY and not is_c_contiguous(a):
+                raise ValueError(
+                    f"{a.name}: variant {var.name!r} reads q, k, v, g and beta as C-contiguous "
+                    f"device arrays, got strides {a.strides} for shape {a.shape}; pass a "
+                    f"contiguous copy or use variant 'chunked'")
 
     plan_probe = GdnPlan(None, None, None, None, None, None, None, None, None, None, None, None,
                          N * HV * (V // VB), scale32, np.int32(l2), B, T, H, HV, K, V, N,

@@ -173,4 +173,5 @@ VARIANT = _registry.register(_registry.Variant(
     supports=S.supports,
     bitwise_reference="chunked",
     prepare=prepare,
+    flat_inputs=True,         # the pre-pass reads q, k, v, g, beta through flat views
 ))

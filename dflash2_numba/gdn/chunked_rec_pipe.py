@@ -124,4 +124,5 @@ VARIANT = _registry.register(_registry.Variant(
     supports=supports,
     bitwise_reference="chunked",
     prepare=prepare,
+    flat_inputs=True,         # the pre-pass reads q, k, v, g, beta through flat views
 ))

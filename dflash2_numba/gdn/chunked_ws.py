@@ -180,6 +180,7 @@ def register_ws_variant(name: str, state_name: str, state_kernel, description: s
         supports=supports or S.supports,
         bitwise_reference="chunked",
         prepare=prepare,
+        flat_inputs=True,     # the pre-pass reads q, k, v, g, beta through flat views
     ))
 
 
