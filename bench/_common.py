@@ -18,6 +18,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
@@ -574,24 +575,48 @@ def bench_parser(doc: str, smoke_help: str):
         warnings.simplefilter("ignore", NumbaPerformanceWarning)
     except Exception:  # noqa: BLE001
         pass
+    from dflash2_numba._cli import output_folder
+
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=None, help="output folder (default $OUT, else ./bench_out)")
+    p.add_argument("--out", default=None, type=output_folder,
+                   help="output folder (default $OUT, else ./bench_out)")
     p.add_argument("--smoke", action="store_true", help=smoke_help)
     return p
 
 
-def select_variants(spec: str, known, family: str) -> Optional[List[str]]:
-    """``--variants``: ``all`` (every name in ``known``) or a comma-separated list; None,
-    after an error line on stderr, when a name is not in ``known``."""
-    if spec.strip().lower() == "all":
-        return list(known)
-    names = [v.strip() for v in spec.split(",") if v.strip()]
-    unknown = [v for v in names if v not in known]
-    if unknown:
-        print(f"error: unknown {family} variants {unknown}; known: {sorted(known)}",
-              file=sys.stderr)
-        return None
+def check_run_args(p, args, known, family: str, script: str) -> List[str]:
+    """What every timing script checks once its arguments are parsed, before any work:
+    ``--variants`` names (``all`` or a non-empty list of ``known`` names; a usage error,
+    exit 2, otherwise), the production shape refused on the simulator (a usage error: days of
+    simulated threads), a GPU present without the simulator (exit 1 with a message, not a
+    traceback from the driver), and the output folder made and writable (a usage error
+    otherwise). Returns the variant names."""
+    spec = args.variants.strip()
+    if spec.lower() == "all":
+        names = list(known)
+    else:
+        names = [v.strip() for v in spec.split(",") if v.strip()]
+        if not names:
+            p.error(f"--variants: expected 'all' or comma-separated {family} variant names, "
+                    f"got {args.variants!r}")
+        unknown = [v for v in names if v not in known]
+        if unknown:
+            p.error(f"--variants: unknown {family} variants {unknown}; known: {sorted(known)}")
+    if SIMULATOR and not args.smoke:
+        p.error("the production shape does not run on the CUDA simulator; pass --smoke")
+    if not SIMULATOR and not cuda.is_available():
+        print(f"error: no CUDA GPU found (numba.cuda.is_available() is False); without a GPU "
+              f"run the tiny configuration on the simulator: NUMBA_ENABLE_CUDASIM=1 python3 "
+              f"bench/{script} --smoke", file=sys.stderr)
+        sys.exit(1)
+    folder = Path(args.out or os.environ.get("OUT") or "./bench_out")
+    try:                    # made and written to now, not found unwritable after the run
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        p.error(f"--out: cannot write to {str(folder)!r}: {exc.strerror or exc}")
     return names
 
 

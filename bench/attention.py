@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 
 import dflash2_numba as d2  # noqa: E402  (numpy shim before numba)
 from bench import _common as C  # noqa: E402
+from dflash2_numba._cli import positive_float, positive_int, positive_int_list  # noqa: E402
 from dflash2_numba.contract import active_splits  # noqa: E402
 from numba import cuda  # noqa: E402
 
@@ -62,24 +63,35 @@ MIN_REPS = 3                     # graph replays (or eager rounds) per timed tri
 
 def parse_args(argv=None):
     p = C.bench_parser(__doc__, "tiny configuration (runs on the CUDA simulator; no graphs, no torch)")
-    p.add_argument("--contexts", default=None,
+    p.add_argument("--contexts", default=None, type=positive_int_list,
                    help="comma-separated context lengths (seq_lens, incl. the Q new tokens)")
     p.add_argument("--variants", default="all", help="comma-separated attention variants, or 'all'")
-    p.add_argument("--layers", type=int, default=None, help="distinct layers (default 16)")
-    p.add_argument("--trials", type=int, default=None, help="timed trials per item (default 7)")
-    p.add_argument("--target-ms", type=float, default=30.0,
+    p.add_argument("--layers", type=positive_int, default=None, help="distinct layers (default 16)")
+    p.add_argument("--trials", type=positive_int, default=None,
+                   help="timed trials per item (default 7)")
+    p.add_argument("--target-ms", type=positive_float, default=30.0,
                    help="approximate length of one trial (graph replays / eager rounds)")
-    p.add_argument("--acc-context", type=int, default=None,
+    p.add_argument("--acc-context", type=positive_int, default=None,
                    help="context of the accuracy check vs the FP64 oracle (default 32768)")
     p.add_argument("--no-peers", action="store_true", help="skip the PyTorch peers")
     p.add_argument("--no-eager", action="store_true", help="skip the eager (no graph) timing")
-    p.add_argument("--budget-s", type=float, default=420.0,
+    p.add_argument("--budget-s", type=positive_float, default=420.0,
                    help="wall-clock budget; optional work is skipped once it is spent")
     p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    q_len = (SMOKE if args.smoke else PRODUCTION)["Q"]
+    if args.contexts and min(args.contexts) < q_len:
+        p.error(f"--contexts: every context must be >= Q = {q_len}, got {args.contexts}")
+    args.variant_names = C.check_run_args(p, args, d2.attention_variants(), "attention",
+                                          "attention.py")
+    return args
 
 
 # --------------------------------------------------------------------------- inputs
+
+class GraphMismatch(RuntimeError):
+    """A captured graph's replay wrote other bytes than the eager launches: never timed."""
+
 
 class Layer:
     """One layer's device inputs: q, K/V caches, block table, workspace, and per-context
@@ -304,29 +316,27 @@ def unsupported_variants(variants, cfg) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     cfg = dict(SMOKE if args.smoke else PRODUCTION)
-    if args.contexts:
-        cfg["contexts"] = [int(x) for x in args.contexts.split(",") if x.strip()]
-    if args.layers:
-        cfg["layers"] = int(args.layers)
+    if args.contexts is not None:
+        cfg["contexts"] = args.contexts
+    if args.layers is not None:
+        cfg["layers"] = args.layers
     contexts = sorted(set(cfg["contexts"]))
-    if not contexts or min(contexts) < cfg["Q"]:
-        print(f"error: every context must be >= Q = {cfg['Q']}: {contexts}", file=sys.stderr)
-        return 2
-    trials = args.trials or (2 if C.SIMULATOR else 7)
-    acc_ctx_req = args.acc_context or cfg["acc_context"]
+    trials = args.trials if args.trials is not None else (2 if C.SIMULATOR else 7)
+    acc_ctx_req = args.acc_context if args.acc_context is not None else cfg["acc_context"]
     acc_ctx = min(contexts, key=lambda c: (abs(c - acc_ctx_req), c))
     budget = C.Budget(args.budget_s)
     out_dir = C.out_dir(args.out)
     notes = []
+    failures = []        # what makes the exit status 1: a variant that failed or lied
 
-    all_variants = d2.attention_variants()
-    variants = C.select_variants(args.variants, all_variants, "attention")
-    if variants is None:
-        return 2
+    variants = args.variant_names
     unsupported = unsupported_variants(variants, cfg)
     for v, why in unsupported.items():
         notes.append(f"{v}: not run, it does not support this shape ({why})")
     variants = [v for v in variants if v not in unsupported]
+    if args.variants.strip().lower() != "all" and not variants:
+        failures.append(f"none of the variants named ({args.variants}) supports this shape")
+        notes.append(failures[-1])
 
     torch, why_no_torch = C.try_import_torch()
     peers_info = {}
@@ -400,6 +410,7 @@ def main(argv=None) -> int:
             except Exception as exc:  # noqa: BLE001
                 msg = f"{v} @ {T}: plan failed: {type(exc).__name__}: {exc}"
                 notes.append(msg)
+                failures.append(msg)
                 C.log("  " + msg)
                 continue
 
@@ -416,6 +427,7 @@ def main(argv=None) -> int:
             except Exception as exc:  # noqa: BLE001
                 msg = f"{v} @ {T}: launch failed: {type(exc).__name__}: {exc}"
                 notes.append(msg)
+                failures.append(msg)
                 C.log("  " + msg)
                 continue
             if not C.SIMULATOR:
@@ -434,14 +446,20 @@ def main(argv=None) -> int:
                     ok = check_graph(torch, layers, eager, g)
                     graph_checks.append({"context": T, "variant": v, "graph_output_equals_eager": ok})
                     if not ok:
-                        notes.append(f"{v} @ {T}: graph replay output differs from eager output")
+                        raise GraphMismatch(f"{v} @ {T}: graph replay output differs from eager "
+                                            f"output; graph not timed")
                     g.replay()
                     est_g = clock.time_ms(g.replay, 1)
                     reps = C.choose_reps(est_g, args.target_ms, min_reps=MIN_REPS)
                     items[f"{v}/graph"] = (lambda g=g, reps=reps: clock.time_ms(g.replay, reps))
                     labels[f"{v}/graph"] = (v, "variant", "graph", reps)
                 except Exception as exc:  # noqa: BLE001
-                    msg = f"{v} @ {T}: graph capture failed, eager only: {type(exc).__name__}: {exc}"
+                    if isinstance(exc, GraphMismatch):
+                        msg = str(exc)
+                        failures.append(msg)
+                    else:
+                        msg = (f"{v} @ {T}: graph capture failed, eager only: "
+                               f"{type(exc).__name__}: {exc}")
                     notes.append(msg)
                     C.log("  " + msg)
                     C.log(traceback.format_exc())
@@ -456,6 +474,7 @@ def main(argv=None) -> int:
         if bad:
             notes.append(f"context {T}: block tables of layers {bad} changed after the variants' "
                          "launches and graph captures")
+            failures.append(notes[-1])
             C.log("  " + notes[-1])
         # ---- peers
         pc = None
@@ -542,6 +561,7 @@ def main(argv=None) -> int:
             if bad:
                 notes.append(f"context {T}: block tables of layers {bad} changed during the "
                              "timed trials")
+                failures.append(notes[-1])
                 C.log("  " + notes[-1])
 
         # ---- accuracy vs the FP64 oracle (layer 0)
@@ -571,8 +591,9 @@ def main(argv=None) -> int:
         "graph_checks": graph_checks,
         "accuracy": accuracy,
         "peers": peers_info,
-        "variants_described": {v: all_variants[v] for v in variants},
+        "variants_described": {v: d2.attention_variants()[v] for v in variants},
         "notes": notes,
+        "failures": failures,
         "elapsed_s": budget.elapsed(),
     }
     return finish(record, out_dir, cfg)
@@ -735,9 +756,9 @@ def finish(record, out_dir: Path, cfg) -> int:
     if acc_rows:
         print(f"\naccuracy at context {acc.get('context')} (layer 0) vs FP64 oracle:")
         print(C.text_table(acc_headers, acc_rows))
-    bad = [c for c in record["graph_checks"] if not c["graph_output_equals_eager"]]
-    if bad:
-        print(f"\nWARNING: graph replay differs from eager launch for {bad}")
+    if record["failures"]:
+        print("\nFAILED (exit status 1):\n  " + "\n  ".join(record["failures"]))
+        return 1
     return 0
 
 

@@ -5,9 +5,11 @@ flash-linear-attention's chunk_gated_delta_rule side by side.
 
 Shape (per rank): B=1, H=4 q/k heads, HV=12 value heads, K=V=128, FP16 q/k/v, FP32 g (log
 decay) and beta, use_qk_l2norm=True, zero initial state, final state returned; lengths
-T = 4096, 32768, 65536 (--lengths). Each call is the public ``gdn_prefill`` (host checks
-included; value checks off where the API allows) timed with CUDA events after a warm-up
-call, median of >= 5 trials, variants (and the peer) in rotated order within each round.
+T = 4096, 32768, 65536 (--lengths). Each variant call is ``plan_gdn(...).launch`` (kernels
+only: the plan's host checks, transfers and allocations happen once, before timing; the
+public ``gdn_prefill`` where ``plan_gdn`` is missing), timed with CUDA events after a
+warm-up call, median of >= 5 trials, variants (and the peer) in rotated order within each
+round; CUDA-graph replays of the same call beside it.
 
 FP32 floor: about 130 kFLOP per token per value head (chunk C=64, K=V=128); the FLOP rate
 is 2 x the FMA instruction rate measured in the same run. Accuracy: relative L2 of the
@@ -41,6 +43,7 @@ import numpy as np  # noqa: E402
 
 import dflash2_numba as d2  # noqa: E402  (numpy shim before numba)
 from bench import _common as C  # noqa: E402
+from dflash2_numba._cli import positive_float, positive_int, positive_int_list  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import oracle  # noqa: E402
@@ -53,17 +56,22 @@ G_RANGE = (-1.0, -0.01)          # log decay, uniform (as oracle.random_gdn_case
 
 def parse_args(argv=None):
     p = C.bench_parser(__doc__, "tiny configuration (runs on the CUDA simulator; no torch)")
-    p.add_argument("--lengths", default=None, help="comma-separated sequence lengths T")
+    p.add_argument("--lengths", default=None, type=positive_int_list,
+                   help="comma-separated sequence lengths T")
     p.add_argument("--variants", default="all", help="comma-separated GDN variants, or 'all'")
-    p.add_argument("--trials", type=int, default=None, help="timed trials per item (default 7)")
-    p.add_argument("--target-ms", type=float, default=30.0, help="approximate length of one trial")
-    p.add_argument("--acc-length", type=int, default=None,
+    p.add_argument("--trials", type=positive_int, default=None,
+                   help="timed trials per item (default 7)")
+    p.add_argument("--target-ms", type=positive_float, default=30.0,
+                   help="approximate length of one trial")
+    p.add_argument("--acc-length", type=positive_int, default=None,
                    help="length of the accuracy check vs the FP64 oracle (default 4096)")
     p.add_argument("--no-peers", action="store_true", help="skip flash-linear-attention")
-    p.add_argument("--budget-s", type=float, default=420.0,
+    p.add_argument("--budget-s", type=positive_float, default=420.0,
                    help="wall-clock budget; optional work is skipped once it is spent")
     p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.variant_names = C.check_run_args(p, args, d2.gdn_variants(), "GDN", "gdn.py")
+    return args
 
 
 def to_host(x):
@@ -248,29 +256,45 @@ def _host_results(get):
     return [to_host(x) for x in get()[:2] if x is not None]
 
 
-def graph_item(items, labels, notes, torch, clock, key, label, launch, reps, get) -> None:
+def _poison(get) -> None:
+    """Fill the call's output and final state with NaN in place, on the device (torch
+    tensors and numba device arrays; the eager results are finite)."""
+    for x in get()[:2]:
+        if x is None:
+            continue
+        if hasattr(x, "fill_"):
+            x.fill_(float("nan"))
+        else:
+            x.copy_to_device(np.full(x.shape, np.nan, dtype=x.dtype))
+
+
+def graph_item(items, labels, notes, torch, clock, key, label, launch, reps, get):
     """Add ``key``: CUDA-graph replays of one call (``launch(numba_stream)`` captured into a
     torch graph), timed like the eager item, after one replay's output and final state are
-    checked byte for byte against the eager call's (``get()``). A capture that fails or
-    a replay that differs is a note, not an error (the eager figure stands)."""
+    checked byte for byte against the eager call's (``get()``), NaN-filled before the
+    replay. Returns True when added, False when the replay differs (a note; not timed),
+    None when no graph was tried or the capture failed (a note; the eager figure stands)."""
     if torch is None or launch is None or C.SIMULATOR:
-        return
+        return None
     try:
         launch(clock.stream)
         clock.sync()
         want = _host_results(get)
         g = C.capture_graph(torch, launch)
+        _poison(get)            # a replay that writes nothing (or part) cannot pass
+        clock.sync()
         g.replay()
         clock.sync()
         got = _host_results(get)
     except Exception as exc:  # noqa: BLE001
         notes.append(f"{key}: capture failed: {type(exc).__name__}: {str(exc)[:300]}")
-        return
+        return None
     if len(got) != len(want) or any(a.tobytes() != b.tobytes() for a, b in zip(got, want)):
         notes.append(f"{key}: graph replay differs from the eager call; not timed")
-        return
+        return False
     items[key] = (lambda g=g, reps=reps: clock.time_ms(g.replay, reps))
     labels[key] = (label[0] + "/graph", label[1], label[2])
+    return True
 
 
 # --------------------------------------------------------------------------- main
@@ -278,14 +302,11 @@ def graph_item(items, labels, notes, torch, clock, key, label, launch, reps, get
 def main(argv=None) -> int:
     args = parse_args(argv)
     cfg = dict(SMOKE if args.smoke else PRODUCTION)
-    if args.lengths:
-        cfg["lengths"] = [int(x) for x in args.lengths.split(",") if x.strip()]
+    if args.lengths is not None:
+        cfg["lengths"] = args.lengths
     lengths = sorted(set(cfg["lengths"]))
-    if not lengths or min(lengths) < 1:
-        print(f"error: lengths must be >= 1: {lengths}", file=sys.stderr)
-        return 2
-    trials = args.trials or (2 if C.SIMULATOR else 7)
-    acc_req = args.acc_length or cfg["acc_length"]
+    trials = args.trials if args.trials is not None else (2 if C.SIMULATOR else 7)
+    acc_req = args.acc_length if args.acc_length is not None else cfg["acc_length"]
     acc_T = min(lengths, key=lambda t: (abs(t - acc_req), t))
     budget = C.Budget(args.budget_s)
     out_dir = C.out_dir(args.out)
@@ -300,9 +321,7 @@ def main(argv=None) -> int:
         variants = []
         exit_code = 3
     else:
-        variants = C.select_variants(args.variants, all_variants, "GDN")
-        if variants is None:
-            return 2
+        variants = args.variant_names
     if prefill is not None and where != "dflash2_numba.gdn_prefill":
         notes.append(f"gdn_prefill taken from {where}")
     if prefill is not None and not variants:
@@ -383,8 +402,9 @@ def main(argv=None) -> int:
             items[v] = (lambda fn=fn, reps=reps: clock.time_ms(fn, reps))
             labels[v] = (v, "variant", reps)
             holders[v] = holder
-            graph_item(items, labels, notes, torch, clock, f"{v}/graph", (v, "variant", reps),
-                       holder.get("launch"), reps, holder.get("get"))
+            if graph_item(items, labels, notes, torch, clock, f"{v}/graph", (v, "variant", reps),
+                          holder.get("launch"), reps, holder.get("get")) is False:
+                exit_code = max(exit_code, 1)     # a variant's graph that lies is a failure
         if fla_fn is not None and not budget.exceeded():
             holder = {}
             t0 = time.perf_counter()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import List
 
 
 def output_path(text: str) -> str:
@@ -23,3 +24,55 @@ def compute_capability(text: str) -> tuple:
     if len(parts) != 2 or not all(p.isdigit() for p in parts):
         raise argparse.ArgumentTypeError(f"expected MAJOR.MINOR, e.g. 7.0, got {text!r}")
     return int(parts[0]), int(parts[1])
+
+
+def output_folder(text: str) -> str:
+    """An output folder: an existing writable folder, or a path whose nearest existing
+    parent is a writable folder (it is created when the run writes)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a folder path, got ''")
+    path = os.path.abspath(text)
+    probe = path
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
+        if probe == path:
+            raise argparse.ArgumentTypeError(f"cannot write to {text!r}: not a writable folder")
+        raise argparse.ArgumentTypeError(f"cannot create {text!r}: {probe!r} is not a writable "
+                                         f"folder")
+    return text
+
+
+def positive_int(text: str) -> int:
+    """An int >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite float > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def positive_int_list(text: str) -> List[int]:
+    """A comma-separated, non-empty list of positive ints (contexts, lengths)."""
+    items = [x.strip() for x in text.split(",")]
+    try:
+        values = [int(x) for x in items]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers, got {text!r}")
+    return values

@@ -18,27 +18,14 @@ import subprocess
 import sys
 from typing import List, Optional
 
-from .._cli import output_path
-
-
-def _contexts(text: str) -> List[int]:
-    """``--contexts``: a comma-separated list of positive ints (a usage error otherwise)."""
-    items = [x.strip() for x in text.split(",")]
-    try:
-        values = [int(x) for x in items]
-    except ValueError:
-        values = []
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated positive integers, got {text!r}")
-    return values
+from .._cli import output_path, positive_int_list
 
 
 def _parse(argv):
     ap = argparse.ArgumentParser(prog="dflash2-screen", description=__doc__.splitlines()[0])
     ap.add_argument("family", nargs="?", default="all", choices=["attention", "gdn", "all"])
     ap.add_argument("--quick", action="store_true", help="small matrix (the default without a GPU)")
-    ap.add_argument("--contexts", default=None, type=_contexts,
+    ap.add_argument("--contexts", default=None, type=positive_int_list,
                     help="comma-separated contexts (attention) / lengths (gdn) replacing the matrix's")
     ap.add_argument("--variants", default="all", help="'all' or comma-separated variant names")
     ap.add_argument("--json", default=None, type=output_path, help="write every figure here")

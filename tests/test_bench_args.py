@@ -1,0 +1,156 @@
+"""The timing scripts' argument checks (usage errors exit 2 before any work, no output folder
+left behind), their message without a GPU, and the GDN bench's graph check (a replay that
+writes nothing is caught: the outputs are NaN-filled before it)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(script, args, tmp_path, simulator=True):
+    env = dict(os.environ)
+    env.pop("OUT", None)
+    if simulator:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
+    else:
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
+    return subprocess.run([sys.executable, str(REPO / "bench" / script), *args], cwd=str(tmp_path),
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+BAD = [
+    # (script, arguments, the option the message names)
+    ("attention.py", ["--contexts", "abc"], "--contexts"),
+    ("attention.py", ["--contexts", ""], "--contexts"),
+    ("attention.py", ["--contexts", "1"], "--contexts"),            # below Q
+    ("attention.py", ["--layers", "0"], "--layers"),
+    ("attention.py", ["--trials", "-1"], "--trials"),
+    ("attention.py", ["--acc-context", "0"], "--acc-context"),
+    ("attention.py", ["--budget-s", "-5"], "--budget-s"),
+    ("attention.py", ["--target-ms", "nan"], "--target-ms"),
+    ("attention.py", ["--variants", ","], "--variants"),
+    ("attention.py", ["--variants", "frozen,nope"], "--variants"),
+    ("gdn.py", ["--lengths", "0"], "--lengths"),
+    ("gdn.py", ["--lengths", "70,x"], "--lengths"),
+    ("gdn.py", ["--trials", "0"], "--trials"),
+    ("gdn.py", ["--acc-length", "-3"], "--acc-length"),
+    ("gdn.py", ["--variants", ""], "--variants"),
+    ("gdn.py", ["--variants", "frozen"], "--variants"),              # an attention name
+]
+
+
+@pytest.mark.parametrize("script,args,option", BAD, ids=[f"{b[0]}{' '.join(b[1])}" for b in BAD])
+def test_bad_argument_is_a_usage_error(script, args, option, tmp_path):
+    out = tmp_path / "out"
+    proc = _run(script, ["--smoke", "--out", str(out), *args], tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "error:" in last and option in last, last
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("script", ["attention.py", "gdn.py"])
+def test_unwritable_out_is_a_usage_error(script, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = _run(script, ["--smoke", "--out", str(blocker / "sub")], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "--out" in proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("script", ["attention.py", "gdn.py"])
+def test_production_shape_refused_on_the_simulator(script, tmp_path):
+    proc = _run(script, ["--out", str(tmp_path / "out")], tmp_path)
+    assert proc.returncode == 2 and "pass --smoke" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_gpu_is_one_clear_line(tmp_path):
+    has_gpu = subprocess.run([sys.executable, "-c", "from numba import cuda; "
+                              "print(cuda.is_available())"], capture_output=True, text=True,
+                             env={k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"})
+    if has_gpu.stdout.strip() != "False":
+        pytest.skip("a CUDA GPU is present (or numba could not say)")
+    for script in ("attention.py", "gdn.py"):
+        proc = _run(script, ["--smoke", "--out", str(tmp_path / "out")], tmp_path, simulator=False)
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        assert proc.stderr.strip().startswith("error: no CUDA GPU found"), proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr
+        assert not (tmp_path / "out").exists()
+
+
+# --- the GDN bench's graph check, with a stand-in for torch's graph API -----------------------
+
+class _Graph:
+    replay_runs = None          # what a replay does: None = nothing (a capture that missed)
+
+    def replay(self):
+        if _Graph.replay_runs is not None:
+            _Graph.replay_runs()
+
+
+@contextlib.contextmanager
+def _capture(g, **_):
+    yield
+
+
+_FAKE_TORCH = types.SimpleNamespace(cuda=types.SimpleNamespace(
+    CUDAGraph=_Graph, graph=_capture, synchronize=lambda: None))
+
+
+@pytest.fixture
+def gdn_bench(monkeypatch):
+    if str(REPO) not in sys.path:
+        monkeypatch.syspath_prepend(str(REPO))
+    import bench.gdn as G
+    from bench import _common as C
+
+    monkeypatch.setattr(C, "SIMULATOR", False)          # graph_item skips the simulator
+    monkeypatch.setattr(C, "numba_stream_of_torch", lambda torch, s=None: 0)
+    monkeypatch.setattr(_Graph, "replay_runs", None)
+    return G, C
+
+
+def _graph_item(G, C, replay_runs_the_call: bool):
+    cfg = dict(G.SMOKE)
+    inputs = G.make_inputs(cfg, 70, None, np.random.default_rng(0))
+    clock = C.Clock(_FAKE_TORCH)
+    clock.stream = 0
+    holder = {}
+    G.variant_caller(G.find_gdn_prefill()[0], inputs, "chunked", clock.stream, holder)
+    if replay_runs_the_call:
+        _Graph.replay_runs = lambda: holder["launch"](0)
+    items, labels, notes = {}, {}, []
+    added = G.graph_item(items, labels, notes, _FAKE_TORCH, clock, "chunked/graph",
+                         ("chunked", "variant", 1), holder["launch"], 1, holder["get"])
+    return added, items, notes
+
+
+def test_gdn_graph_that_writes_nothing_is_not_timed(gdn_bench):
+    added, items, notes = _graph_item(*gdn_bench, replay_runs_the_call=False)
+    assert added is False and "chunked/graph" not in items
+    assert any("graph replay differs" in n for n in notes), notes
+
+
+def test_gdn_graph_that_replays_the_call_is_timed(gdn_bench):
+    added, items, notes = _graph_item(*gdn_bench, replay_runs_the_call=True)
+    assert added is True and "chunked/graph" in items, notes
+
+
+def test_attention_exit_status_says_when_nothing_named_ran(tmp_path):
+    """Variants named on the command line that cannot run this shape are a failure (exit
+    1, with the figures that were taken still written), not a silent success."""
+    proc = _run("attention.py", ["--smoke", "--out", str(tmp_path / "out"), "--no-peers",
+                                 "--variants", "tiled_wide"], tmp_path)    # D = 256 only
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "FAILED" in proc.stdout and "supports this shape" in proc.stdout
+    assert (tmp_path / "out" / "attention.json").is_file()
