@@ -14,7 +14,10 @@ import numpy as np
 
 from ._arrays import check_dtype_choice, check_positive_int
 from ._compat import cuda
-from .contract import ATTENTION_OUT_DTYPES, DEFAULT_SPLITS, MAX_LOGICAL_SPLITS, SENTINEL
+from .contract import (ATTENTION_OUT_DTYPES, DEFAULT_SPLITS, HEAD_DIMS, MAX_LOGICAL_SPLITS, MAX_Q,
+                       SENTINEL)
+
+MAX_GUARD = 1 << 20      # guard elements on each side of a buffer (4 MiB of FP32)
 
 
 class _Guarded:
@@ -50,18 +53,26 @@ class AttentionWorkspace:
     def __init__(self, *, batch: int, q_len: int, heads: int, head_dim: int,
                  splits: int = DEFAULT_SPLITS, out_dtype="float16", guard: int | None = None):
         self.batch = check_positive_int(batch, "batch")
-        self.q_len = check_positive_int(q_len, "q_len")
+        self.q_len = check_positive_int(q_len, "q_len", hi=MAX_Q)
         self.heads = check_positive_int(heads, "heads")
         self.head_dim = check_positive_int(head_dim, "head_dim")
+        if self.head_dim not in HEAD_DIMS:
+            raise ValueError(f"head_dim: must be one of {HEAD_DIMS}, got {head_dim}")
         self.splits = check_positive_int(splits, "splits", hi=MAX_LOGICAL_SPLITS)
         self.out_dtype = check_dtype_choice(out_dtype, "out_dtype", ATTENTION_OUT_DTYPES)
-        g = self.head_dim if guard is None else check_positive_int(guard, "guard")
+        g = self.head_dim if guard is None else check_positive_int(guard, "guard", hi=MAX_GUARD)
         B, S, Q, H, D = self.batch, self.splits, self.q_len, self.heads, self.head_dim
-        self._buffers: Dict[str, _Guarded] = {
-            "partial": _Guarded((B, S, Q, H, D), np.float32, g),
-            "lse": _Guarded((B, S, Q, H, 2), np.float32, g),
-            "out": _Guarded((B, Q, H, D), self.out_dtype, g),
-        }
+        shapes = {"partial": ((B, S, Q, H, D), np.float32), "lse": ((B, S, Q, H, 2), np.float32),
+                  "out": ((B, Q, H, D), self.out_dtype)}
+        nbytes = sum((int(np.prod(sh)) + 2 * g) * np.dtype(dt).itemsize
+                     for sh, dt in shapes.values())
+        try:
+            self._buffers: Dict[str, _Guarded] = {
+                name: _Guarded(sh, dt, g) for name, (sh, dt) in shapes.items()}
+        except Exception as exc:   # noqa: BLE001  (numpy / the driver: out of memory)
+            raise ValueError(f"batch, splits, q_len, heads, head_dim: the workspace needs "
+                             f"{nbytes} bytes, which cannot be allocated ({type(exc).__name__})"
+                             ) from None
 
     @property
     def partial(self):

@@ -152,6 +152,63 @@ def test_workspace_arguments():
     for splits in (MAX_LOGICAL_SPLITS + 1, 2 ** 40):           # refused before any allocation
         with pytest.raises(ValueError, match="splits: must be <= 65536"):
             d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, splits=splits)
+    for kw, msg in [(dict(q_len=9), "q_len: must be <= 8"),
+                    (dict(head_dim=65), "head_dim: must be one of"),
+                    (dict(guard=2 ** 62), "guard: must be <= "),
+                    (dict(batch=2 ** 20, heads=2 ** 10, splits=80),
+                     "batch, splits, q_len, heads, head_dim: the workspace needs")]:
+        args = dict(batch=1, q_len=2, heads=2, head_dim=64, splits=4)
+        args.update(kw)
+        with pytest.raises(ValueError, match=msg):
+            d2.AttentionWorkspace(**args)
+
+
+def _device(args):
+    from dflash2_numba._compat import cuda
+
+    return {k: cuda.to_device(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+
+
+def test_numpy_out_is_filled_by_results_whatever_q_is(good):
+    """A numpy ``out``: ``plan.launch()`` writes the device buffers only, ``plan.results()``
+    (and so verify_attention, with numpy or device q) fills it and returns it as ``out``."""
+    want = d2.verify_attention(**good, splits=4).out
+    for args in (good, _device(good)):
+        out = np.full(want.shape, 7, np.float16)
+        plan = d2.plan_attention(**args, splits=4, out=out)
+        plan.launch()
+        assert (out == 7).all()
+        res = plan.results()
+        assert res.out is out and np.array_equal(out, want)
+        out[...] = 7
+        res = d2.verify_attention(**args, splits=4, out=out)
+        assert res.out is out and np.array_equal(out, want)
+
+
+def test_check_inputs_rechecks_values_changed_in_place(good):
+    """A plan reads its arrays' values at every launch; ``check_inputs`` runs the plan-time
+    value checks again on what they hold now and names what no longer passes."""
+    dev = _device(good)
+    plan = d2.plan_attention(**dev, splits=4)
+    plan.check_inputs()                                        # unchanged: passes
+    W, page = good["block_table"].shape[1], good["k_cache"].shape[1]
+    grown = good["seq_lens"].copy()
+    grown[0] = W * page + 2                                    # past what the table names
+    dev["seq_lens"].copy_to_device(grown)
+    with pytest.raises(ValueError, match=r"^seq_lens: value"):
+        plan.check_inputs()
+    dev["seq_lens"].copy_to_device(good["seq_lens"])
+    table = good["block_table"].copy()
+    table[1, 0] = good["k_cache"].shape[0]                     # a page that does not exist
+    dev["block_table"].copy_to_device(table)
+    with pytest.raises(ValueError, match=r"^block_table\[1\]"):
+        plan.check_inputs()
+    dev["block_table"].copy_to_device(good["block_table"])
+    q = good["q"].copy()
+    q[0, 1, 0, 3] = np.nan
+    dev["q"].copy_to_device(q)
+    with pytest.raises(ValueError, match=r"^q: must be finite"):
+        plan.check_inputs()
 
 
 def test_launch_refuses_a_grid_past_cuda_limits():

@@ -88,6 +88,12 @@ def bad_variants():
     def run_foreign(plan, stream):
         frozen.run(plan, stream)
 
+    def run_default_rows(plan, stream):
+        # right with explicit rows, one key short on the default causal path
+        if plan.use_rows == 0:
+            plan.seq_lens = cuda.to_device(plan.seq_lens.copy_to_host() - 1)
+        frozen.run(plan, stream)
+
     made = [
         _register("bad_rounding", run_rounding,
                   (split_spec, combine_spec, _registry.KernelSpec("test.combine_two_roundings",
@@ -95,6 +101,7 @@ def bad_variants():
         _register("bad_past_rows", run_past_rows,
                   (split_spec, combine_spec, _registry.KernelSpec("test.poke", _poke.py_func, ()))),
         _register("bad_route", run_foreign, (_registry.KernelSpec("test.own_kernel", _poke.py_func, ()),)),
+        _register("bad_default_rows", run_default_rows, (split_spec, combine_spec)),
     ]
     yield [v.name for v in made]
     for v in made:
@@ -117,6 +124,9 @@ def test_screen_catches_wrong_variants(bad_variants, tmp_path, capsys):
     assert r["status"] == "FAIL" and r["guards"] is False and r["bitwise"] is True
     r = rows["bad_route"]
     assert r["status"] == "FAIL" and r["route_ok"] is False
+    every = json.loads(out.read_text())["rows"]
+    live = [r for r in every if r["variant"] == "bad_default_rows" and r["state"] == "live"]
+    assert live and all(r["status"] == "FAIL" and r["bitwise"] is False for r in live), live
 
 
 def test_screen_reports_unsupported_without_failing(tmp_path):

@@ -4,9 +4,11 @@
 scales, every block-table entry a request can reach, lengths against the table
 width, the caller's ``out`` / workspace) before anything is launched or written, and
 returns an :class:`AttentionPlan` whose :meth:`~AttentionPlan.launch` only launches
-kernels, so it can be captured into a CUDA graph and replayed (the kernels read
-``seq_lens`` / ``row_lengths`` on the device each time). :func:`verify_attention` is
-plan + launch + results in the caller's kind of array.
+kernels, so it can be captured into a CUDA graph and replayed (the kernels read ``q``,
+``seq_lens``, ``row_lengths`` and the block table on the device each time; values changed
+in place must still pass the plan's checks, which :meth:`~AttentionPlan.check_inputs`
+runs again). :func:`verify_attention` is plan + launch + :meth:`~AttentionPlan.results`
+in the caller's kind of array.
 """
 from __future__ import annotations
 
@@ -78,9 +80,48 @@ class AttentionPlan:
             got = self.launch_cache[key] = build(self)
         return got
 
+    value_check: Any = field(default=None, repr=False)
+
     def launch(self, stream=None) -> None:
-        """Launch the variant's kernels (no checks, no transfers): graph-capturable."""
+        """Launch the variant's kernels (no checks, no transfers): graph-capturable. They
+        write the device buffers only (``out``, ``partial``, ``lse``); a numpy ``out`` is
+        filled by :meth:`results`."""
         self.variant.run(self, self.stream if stream is None else A.resolve_stream(stream))
+
+    def results(self) -> AttentionResult:
+        """``AttentionResult(out, partial, lse)`` of the last launch, in the kind of array
+        ``q`` came in (numpy: copies; device: the plan's own buffers, which the next launch
+        overwrites). A caller's numpy ``out`` is filled and returned as ``out`` whatever
+        kind ``q`` is."""
+        kind, strm = self.kind, self.stream
+        host_kind = kind == A.KIND_NUMPY
+        if self.out_host is not None:
+            self.out_host[...] = self.out.copy_to_host(stream=strm)
+            out = self.out_host
+        else:
+            out = self.out.copy_to_host(stream=strm) if host_kind else A.result_like(kind, self.out)
+        if host_kind:
+            res = AttentionResult(out, self.partial.copy_to_host(stream=strm),
+                                  self.lse.copy_to_host(stream=strm))
+        else:
+            res = AttentionResult(out, A.result_like(kind, self.partial),
+                                  A.result_like(kind, self.lse))
+        if strm != 0 and (host_kind or self.out_host is not None):
+            strm.synchronize()
+        return res
+
+    def check_inputs(self) -> None:
+        """Run the plan-time checks on values again, on what the bound arrays hold now.
+
+        A plan binds arrays, not values: every launch reads ``q``, ``seq_lens``,
+        ``row_lengths`` and the block table as they are then. Values changed in place must
+        still pass these checks (q finite, lengths within what the table can name, every
+        entry a request reaches naming a page); the kernels stay inside the caches whatever
+        they read (pages outside the table are masked), but the result is defined only for
+        values that pass. Call this after changing them and before launching, outside any
+        graph capture (it copies device values to the host); ``ValueError`` names the
+        argument."""
+        self.value_check()
 
 
 def _check_cache(arg: A.ArrayArg, name_layout: str):
@@ -99,6 +140,32 @@ def _check_grid_dims(B: int, Hkv: int, Hq: int, D: int) -> None:
     if B * Hkv > MAX_GRID_YZ or Hq * cols > MAX_GRID_YZ:
         raise ValueError(f"q: batch x KV heads ({B} x {Hkv}) and query heads x {cols} ({Hq} x "
                          f"{cols}) must each be <= {MAX_GRID_YZ} (a CUDA grid dimension)")
+
+
+def _check_values(qa: A.ArrayArg, sl: A.ArrayArg, ra: Optional[A.ArrayArg], bt: A.ArrayArg,
+                  page_size: int, num_pages: int) -> None:
+    """The checks on values (not shapes): q finite, the lengths within what the block table
+    can name, and every block-table entry a request reaches naming a page. Run at plan time
+    and by :meth:`AttentionPlan.check_inputs` (host copies of device arrays)."""
+    B, Q = qa.shape[0], qa.shape[1]
+    max_keys = bt.shape[1] * page_size
+    A.check_all_finite(qa)   # NaN / inf in q is the caller's error, not a NaN output
+    if ra is not None:
+        L = ra.host_values().astype(np.int64)
+        A.check_int_range(L, "row_lengths", -(2 ** 31), max_keys)
+        A.check_int_range(sl.host_values(), "seq_lens", -(2 ** 31) + MAX_Q, 2 ** 31 - 1)
+    else:
+        sv = sl.host_values().astype(np.int64)
+        A.check_int_range(sv, "seq_lens", -(2 ** 31) + MAX_Q, max_keys + Q - 1)
+        L = default_row_lengths(sv, Q)
+        A.check_int_range(L, "seq_lens (as row lengths)", -(2 ** 31), max_keys)
+    # every block-table entry a request reaches must name a page
+    table = bt.host_values()
+    T = L.max(axis=1)
+    for b in range(B):
+        cols = ceil_div(int(T[b]), page_size) if T[b] > 0 else 0
+        if cols:
+            A.check_int_range(table[b, :cols], f"block_table[{b}]", 0, num_pages - 1)
 
 
 def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale=1.0,
@@ -138,11 +205,9 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
     A.check_ndim(bt, 2, "[B, W]")
     if bt.shape[0] != B or bt.shape[1] < 1:
         raise ValueError(f"block_table: expected shape [B={B}, W>=1], got {bt.shape}")
-    W = bt.shape[1]
     sl = A.as_array_arg(seq_lens, "seq_lens")
     A.check_dtype(sl, [np.int32])
     A.check_shape(sl, (B,), "[B]")
-    max_keys = W * page_size
 
     scale32 = A.check_finite_scalar(scale, "scale")
     ks32 = A.check_finite_scalar(k_scale, "k_scale", positive=True)
@@ -152,28 +217,12 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
     if not np.isfinite(qk_scale):
         raise ValueError(f"scale: scale * k_scale overflows float32 ({scale!r} * {k_scale!r})")
     S = A.check_positive_int(splits, "splits", hi=MAX_LOGICAL_SPLITS)
-    A.check_all_finite(qa)   # NaN / inf in q is the caller's error, not a NaN output
-
+    ra = None
     if row_lengths is not None:
         ra = A.as_array_arg(row_lengths, "row_lengths")
         A.check_dtype(ra, [np.int32])
         A.check_shape(ra, (B, Q), "[B, Q]")
-        L = ra.host_values().astype(np.int64)
-        A.check_int_range(L, "row_lengths", -(2 ** 31), max_keys)
-        A.check_int_range(sl.host_values(), "seq_lens", -(2 ** 31) + MAX_Q, 2 ** 31 - 1)
-    else:
-        ra = None
-        sv = sl.host_values().astype(np.int64)
-        A.check_int_range(sv, "seq_lens", -(2 ** 31) + MAX_Q, max_keys + Q - 1)
-        L = default_row_lengths(sv, Q)
-        A.check_int_range(L, "seq_lens (as row lengths)", -(2 ** 31), max_keys)
-    # every block-table entry a request reaches must name a page
-    table = bt.host_values()
-    T = L.max(axis=1)
-    for b in range(B):
-        cols = ceil_div(int(T[b]), page_size) if T[b] > 0 else 0
-        if cols:
-            A.check_int_range(table[b, :cols], f"block_table[{b}]", 0, num_pages - 1)
+    _check_values(qa, sl, ra, bt, page_size, num_pages)
 
     odt = A.check_dtype_choice(out_dtype, "out_dtype", ATTENTION_OUT_DTYPES)
     if workspace is not None:
@@ -214,7 +263,8 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         decode_table=_device_decode_table(), partial=partial, lse=lse, out=out_dev,
         kind=qa.kind, stream=strm,
         out_host=oa.obj if oa is not None and oa.kind == A.KIND_NUMPY else None,
-        workspace=workspace)
+        workspace=workspace,
+        value_check=lambda: _check_values(qa, sl, ra, bt, int(page_size), int(num_pages)))
 
 
 def verify_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale=1.0,
@@ -229,16 +279,4 @@ def verify_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_sca
                           splits=splits, variant=variant, out=out, workspace=workspace,
                           out_dtype=out_dtype, stream=stream)
     plan.launch()
-    kind, strm = plan.kind, plan.stream
-    if kind == A.KIND_NUMPY:
-        out_host = plan.out.copy_to_host(stream=strm)
-        if plan.out_host is not None:
-            plan.out_host[...] = out_host
-            out_host = plan.out_host
-        res = AttentionResult(out_host, plan.partial.copy_to_host(stream=strm),
-                              plan.lse.copy_to_host(stream=strm))
-        if strm != 0:
-            strm.synchronize()
-        return res
-    return AttentionResult(A.result_like(kind, plan.out), A.result_like(kind, plan.partial),
-                           A.result_like(kind, plan.lse))
+    return plan.results()

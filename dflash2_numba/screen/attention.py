@@ -4,7 +4,10 @@ for byte, against the frozen kernel (contract C).
 For each case the inputs are placed on the device once (caches in padded rows when the case
 asks for strides); each variant gets its own sentinel-filled, guarded workspaces (one with an
 FP16 output, one with an FP32 output), and the case's length states run in sequence on those
-same buffers, so stale data from one state would show up in the next.
+same buffers, so stale data from one state would show up in the next. In the live state the
+FP16 call takes the default causal rows (``row_lengths=None``) and the FP32 call the same rows
+given explicitly, so both paths are screened, and the "restored" state (explicit rows) must
+give the live state's FP16 bytes again.
 """
 from __future__ import annotations
 
@@ -133,12 +136,18 @@ def screen_case(spec: AttentionCaseSpec, variant_names: List[str], *, timing: bo
             rows.append(row)
             bufs = buffers[name]
             kwargs = dict(scale=c["scale"], k_scale=c["k_scale"], v_scale=c["v_scale"],
-                          row_lengths=dev_rl, splits=spec.splits, variant=name)
+                          splits=spec.splits, variant=name)
+            # live: the FP16 call takes the default causal rows (row_lengths=None, derived
+            # from seq_lens on the device), the FP32 call the same rows given explicitly
+            rows16 = None if state == "live" else dev_rl
+
             def plan_and_launch():
                 p32 = plan_attention(dev["q"], dev["k_cache"], dev["v_cache"], dev["block_table"],
-                                     dev["seq_lens"], workspace=bufs.ws32, out_dtype="float32", **kwargs)
+                                     dev["seq_lens"], workspace=bufs.ws32, out_dtype="float32",
+                                     row_lengths=dev_rl, **kwargs)
                 p16 = plan_attention(dev["q"], dev["k_cache"], dev["v_cache"], dev["block_table"],
-                                     dev["seq_lens"], workspace=bufs.ws16, out_dtype="float16", **kwargs)
+                                     dev["seq_lens"], workspace=bufs.ws16, out_dtype="float16",
+                                     row_lengths=rows16, **kwargs)
                 p32.launch()
                 p16.launch()
                 cuda.synchronize()
