@@ -56,17 +56,23 @@ CHILD = textwrap.dedent(r"""
 """)
 
 
-def test_gdn_kernels_compile_for_sm70():
+def _child_json(code: str, tag: str):
+    """Run ``code`` in a child without the simulator (real typing and NVVM) and return the
+    JSON it printed after ``tag``; skip when numba finds no libNVVM there."""
     env = dict(os.environ)
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     if proc.returncode == 77:
         pytest.skip("numba.cuda cannot find libNVVM: " + proc.stdout.strip()[-200:])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("ROWS")][-1]
-    rows = json.loads(line[4:])
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith(tag)][-1]
+    return json.loads(line[len(tag):])
+
+
+def test_gdn_kernels_compile_for_sm70():
+    rows = _child_json(CHILD, "ROWS")
     names = {(r["variant"], r["kernel"]) for r in rows}
     assert {("serial", "gdn_serial_fwd"), ("chunked", "gdn_chunked_fwd")} <= names
     for r in rows:
@@ -126,16 +132,7 @@ def test_flat_inputs_flag_matches_what_compiles():
     """``Variant.flat_inputs`` (the API's refusal of strided device inputs) is exactly the
     set of variants whose kernels do not type with any-layout q, k, v, g, beta at sm_70:
     the frozen and serial kernels accept strided views, the pre-pass variants do not."""
-    env = dict(os.environ)
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", LAYOUT_CHILD], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
-    if proc.returncode == 77:
-        pytest.skip("numba.cuda cannot find libNVVM: " + proc.stdout.strip()[-200:])
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("LAYOUT")][-1]
-    found = json.loads(line[6:])
+    found = _child_json(LAYOUT_CHILD, "LAYOUT")
     assert {"chunked", "serial"} <= set(found)
     for name, r in found.items():
         assert r["flat_inputs"] == (not r["strided_compiles"]), (name, r)
