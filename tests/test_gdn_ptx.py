@@ -15,7 +15,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-CHILD = textwrap.dedent(r"""
+# every child first proves that numba finds libNVVM (exit 77: the test skips)
+NVVM_PREAMBLE = textwrap.dedent(r"""
     import json, re, sys
     try:
         from numba.cuda.cudadrv.nvvm import NVVM
@@ -23,6 +24,9 @@ CHILD = textwrap.dedent(r"""
     except Exception as e:
         print("NO_NVVM", e)
         sys.exit(77)
+""")
+
+CHILD = NVVM_PREAMBLE + textwrap.dedent(r"""
     import dflash2_numba  # noqa: F401  (registers the variants)
     import dflash2_numba.gdn  # noqa: F401
     from dflash2_numba._compat import compile_ptx_cc
@@ -93,14 +97,7 @@ def test_gdn_kernels_compile_for_sm70():
             assert r.get("stack_bytes", 0) == 0, r
 
 
-LAYOUT_CHILD = textwrap.dedent(r"""
-    import json, sys
-    try:
-        from numba.cuda.cudadrv.nvvm import NVVM
-        NVVM()
-    except Exception as e:
-        print("NO_NVVM", e)
-        sys.exit(77)
+LAYOUT_CHILD = NVVM_PREAMBLE + textwrap.dedent(r"""
     from numba import types as t
     import dflash2_numba.gdn  # noqa: F401  (registers the variants)
     from dflash2_numba import _registry
