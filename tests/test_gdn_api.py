@@ -86,6 +86,11 @@ BAD = [
     ("final-str", _mut(output_final_state="yes"), TypeError, "output_final_state"),
     ("out-dtype", _mut(out_dtype="int8"), ValueError, "out_dtype"),
     ("out-dtype-bogus", _mut(out_dtype="bogus"), TypeError, "out_dtype"),
+    ("out-buffer-dtype", _mut(out=np.zeros((1, 6, 2, 32), np.float32)), TypeError, "out"),
+    ("out-buffer-shape", _mut(out=np.zeros((1, 6, 2, 16), np.float16)), ValueError, "out"),
+    ("out-buffer-strided", _mut(out=np.zeros((1, 6, 2, 64), np.float16)[..., ::2]), ValueError,
+     "out"),
+    ("out-buffer-list", _mut(out=[0.0]), TypeError, "out"),
 ]
 
 
@@ -194,3 +199,28 @@ def test_default_scale_and_explicit_scale_agree():
     a = gdn_prefill(**case, variant="serial")
     b = gdn_prefill(**case, variant="serial", scale=np.float32(32 ** -0.5))
     assert oracle.first_mismatch(a[0], b[0]) is None
+
+
+def test_caller_out_is_written_and_returned():
+    """``out``: a numpy buffer is filled and returned as ``o``; a device one is written by
+    the kernels and returned itself; the bytes are those of a call without ``out``."""
+    from dflash2_numba._compat import cuda
+
+    case = base_case(T=6)
+    o_ref, s_ref = gdn_prefill(**case)
+    out = np.full(o_ref.shape, SENT, o_ref.dtype)
+    o, s = gdn_prefill(**case, out=out)
+    assert o is out and oracle.first_mismatch(out, o_ref) is None
+    assert oracle.first_mismatch(s, s_ref) is None
+    dout = cuda.to_device(np.full(o_ref.shape, SENT, np.float32))
+    o, _ = gdn_prefill(**case, out=dout, out_dtype="float32")
+    o32_ref, _ = gdn_prefill(**case, out_dtype="float32")
+    assert o is dout and oracle.first_mismatch(dout.copy_to_host(), o32_ref) is None
+
+
+def test_read_only_out_rejected():
+    case = base_case(T=6)
+    out = np.zeros((1, 6, 2, 32), np.float16)
+    out.setflags(write=False)
+    with pytest.raises(ValueError, match=r"^out: the array is read-only"):
+        gdn_prefill(**case, out=out)

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import _registry
 from .._arrays import (KIND_NUMPY, ArrayArg, as_array_arg, check_all_finite, check_contiguous, check_dtype,
-                       is_c_contiguous,
+                       check_writable_output, is_c_contiguous,
                        check_finite_scalar, check_int_range, check_ndim, check_nonnegative_strides,
                        check_shape, parse_dtype, resolve_stream, result_like)
 from .._compat import cuda
@@ -124,17 +124,26 @@ class GdnCall:
     (no checks, transfers or allocations), so it can be captured in a CUDA graph;
     :meth:`results` returns ``(o, final_state)`` in the caller's kind of array."""
 
-    def __init__(self, plan, variant, stream, kind, d_o, final, dcache, sca, idx_host, state_cache):
+    def __init__(self, plan, variant, stream, kind, d_o, final, dcache, sca, idx_host, state_cache,
+                 out_arg=None, out_obj=None):
         self.plan, self.variant, self.stream, self.kind = plan, variant, stream, kind
         self._d_o, self._final, self._dcache = d_o, final, dcache
         self._sca, self._idx_host, self._state_cache = sca, idx_host, state_cache
+        self._out, self._out_obj = out_arg, out_obj   # the caller's ``out``, if one was given
 
     def launch(self, stream=None) -> None:
         self.variant.run(self.plan, self.stream if stream is None else resolve_stream(stream))
 
     def results(self):
         st, kind, sca = self.stream, self.kind, self._sca
-        o_out = result_like(kind, self._d_o, stream=st)
+        if self._out is None:
+            o_out = result_like(kind, self._d_o, stream=st)
+        else:                        # the caller's own buffer (a numpy one filled here)
+            if self._out.kind == KIND_NUMPY:
+                self._out.obj[...] = self._d_o.copy_to_host(stream=st)
+                if st != 0:
+                    st.synchronize()
+            o_out = self._out_obj
         if sca is not None:
             if sca.kind == KIND_NUMPY:
                 host = self._dcache.copy_to_host(stream=st)
@@ -153,22 +162,23 @@ class GdnCall:
 
 def gdn_prefill(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
                 use_qk_l2norm=True, variant="chunked", output_final_state=True,
-                state_cache=None, state_indices=None, out_dtype=None, check_values=True,
-                stream=None, _max_ctas: int = 0, _threads: int = 0):
+                state_cache=None, state_indices=None, out_dtype=None, out=None,
+                check_values=True, stream=None, _max_ctas: int = 0, _threads: int = 0):
     """Gated delta rule prefill (contract B): ``(o, final_state)``; see :func:`plan_gdn`."""
     call = plan_gdn(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                     cu_seqlens=cu_seqlens, use_qk_l2norm=use_qk_l2norm, variant=variant,
                     output_final_state=output_final_state, state_cache=state_cache,
-                    state_indices=state_indices, out_dtype=out_dtype, check_values=check_values,
-                    stream=stream, _max_ctas=_max_ctas, _threads=_threads)
+                    state_indices=state_indices, out_dtype=out_dtype, out=out,
+                    check_values=check_values, stream=stream, _max_ctas=_max_ctas,
+                    _threads=_threads)
     call.launch()
     return call.results()
 
 
 def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
              use_qk_l2norm=True, variant="chunked", output_final_state=True,
-             state_cache=None, state_indices=None, out_dtype=None, check_values=True,
-             stream=None, _max_ctas: int = 0, _threads: int = 0) -> GdnCall:
+             state_cache=None, state_indices=None, out_dtype=None, out=None,
+             check_values=True, stream=None, _max_ctas: int = 0, _threads: int = 0) -> GdnCall:
     """Gated delta rule prefill (contract B), validated and bound: a :class:`GdnCall`.
 
     Arguments
@@ -191,6 +201,9 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         touched. ``initial_state`` must then be ``None``; the second result is
         ``state_cache`` itself (updated), whatever ``output_final_state`` says.
         out_dtype: ``None`` (v's dtype) or ``"float32"`` (the FP32 result before the cast).
+        out: a caller-owned output ``[B, T, HV, V]`` of that dtype (C-contiguous, writable;
+        numpy or device): the kernels write it (a numpy one is filled by ``results``), and
+        it is the first result.
         check_values: check g (finite, <= 0) and beta (finite) on the host first.
         stream: numba / torch / cupy stream or raw handle (default stream if None).
 
@@ -297,6 +310,11 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
                     f"device arrays, got strides {a.strides} for shape {a.shape}; pass a "
                     f"contiguous copy or use variant 'chunked'")
 
+    oa = None
+    if out is not None:
+        oa = as_array_arg(out, "out")
+        check_writable_output(oa, (B, T, HV, V), odt, "[B, T, HV, V]")
+
     plan_probe = GdnPlan(None, None, None, None, None, None, None, None, None, None, None, None,
                          N * HV * (V // VB), scale32, np.int32(l2), B, T, H, HV, K, V, N,
                          np.dtype(qa.dtype), odt)
@@ -306,7 +324,10 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
     st = resolve_stream(stream)
     dq, dk, dv = _to_device(qa, st), _to_device(ka, st), _to_device(va, st)
     dg, dbeta = _to_device(ga, st), _to_device(ba, st)
-    d_o = cuda.device_array((B, T, HV, V), dtype=odt, stream=st)
+    if oa is not None and oa.kind != KIND_NUMPY:
+        d_o = oa.device(st)
+    else:
+        d_o = cuda.device_array((B, T, HV, V), dtype=odt, stream=st)
     final = dcache = None
     if sca is not None:
         dcache = _to_device(sca, st)
@@ -333,4 +354,5 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
                    np.dtype(qa.dtype), odt, max_ctas=int(_max_ctas), threads=int(_threads))
     if var.prepare is not None:
         var.prepare(plan, st)
-    return GdnCall(plan, var, st, qa.kind, d_o, final, dcache, sca, idx_host, state_cache)
+    return GdnCall(plan, var, st, qa.kind, d_o, final, dcache, sca, idx_host, state_cache,
+                   out_arg=oa, out_obj=out)

@@ -140,6 +140,9 @@ def gdn_matrix(quick: bool, lengths: Optional[List[int]] = None) -> List[GdnCase
                         initial_state=True, use_qk_l2norm=False, seed=2),
             GdnCaseSpec("varlen 1/63/66 h0", T=130, H=1, HV=2, K=32, V=32, seq_lens=[1, 63, 66],
                         initial_state=True, seed=3),
+            # empty sequences pass their initial state through; V = 64: two column blocks
+            GdnCaseSpec("varlen 0/5/0/70/0 h0 V=64", T=75, H=1, HV=2, K=32, V=64,
+                        seq_lens=[0, 5, 0, 70, 0], initial_state=True, seed=4),
         ]
         if lengths:
             specs = [GdnCaseSpec(f"T={T}", T=T, H=1, HV=2, K=32, V=32, seed=T) for T in lengths]
@@ -149,6 +152,9 @@ def gdn_matrix(quick: bool, lengths: Optional[List[int]] = None) -> List[GdnCase
     specs = [GdnCaseSpec(f"T={T}", T=T, seed=T, **prod) for T in Ts]
     if not lengths:
         specs.append(GdnCaseSpec("T=8192 h0", T=8192, initial_state=True, seed=11, **prod))
-        specs.append(GdnCaseSpec("varlen 1/100/4000/64/12219 h0", T=16384,
-                                 seq_lens=[1, 100, 4000, 64, 12219], initial_state=True, seed=12, **prod))
+        specs.append(GdnCaseSpec("varlen 0/1/100/0/4000/64/12219/0 h0", T=16384,
+                                 seq_lens=[0, 1, 100, 0, 4000, 64, 12219, 0], initial_state=True,
+                                 seed=12, **prod))
+        specs.append(GdnCaseSpec("T=4096 fp32 h0 no-l2", T=4096, dtype="float32", initial_state=True,
+                                 use_qk_l2norm=False, seed=13, **prod))
     return specs

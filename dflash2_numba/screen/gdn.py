@@ -1,10 +1,13 @@
 """GDN screen: every registered GDN variant against the FP64 oracle (output before and after
 the cast, final state) and, byte for byte, against its family's frozen kernel.
 
-Each variant runs twice per case: once in the plain form with an FP32 output and a fresh
-final state, once in the server form with the input-dtype output and the state written in
-place into a sentinel-filled state cache whose unnamed slots (guards around and between the
-named ones) must keep the sentinel and whose named slots must equal the plain form's state.
+Each variant runs twice per case, on its own device copies of the inputs (which must come
+back unchanged): once in the plain form with an FP32 output and a fresh final state, once in
+the server form with the input-dtype output and the state written in place into a
+sentinel-filled state cache whose unnamed slots (guards around and between the named ones,
+named in a non-ascending order) must keep the sentinel and whose named slots must equal the
+plain form's state. Both outputs are caller-owned, sentinel-filled and guarded by sentinel
+elements on each side that must stay untouched.
 """
 from __future__ import annotations
 
@@ -28,10 +31,32 @@ def _host(x):
     return x.copy_to_host() if hasattr(x, "copy_to_host") else np.asarray(x)
 
 
+GUARD = 64          # sentinel elements on each side of a screened output
+
+
+class _GuardedOutput:
+    """A sentinel-filled device output ``shape`` inside a flat buffer with GUARD elements
+    of sentinel on each side: ``view`` goes to the call as ``out``."""
+
+    def __init__(self, shape, dtype):
+        size = int(np.prod(shape))
+        self.flat = cuda.to_device(np.full(size + 2 * GUARD, SENTINEL, dtype=dtype))
+        self.view = self.flat[GUARD:GUARD + size].reshape(shape)
+        self._sentinel = np.asarray(SENTINEL, dtype=dtype).tobytes() * GUARD
+
+    def guards_intact(self) -> bool:
+        host = self.flat.copy_to_host()
+        return (host[:GUARD].tobytes() == self._sentinel
+                and host[-GUARD:].tobytes() == self._sentinel)
+
+
+def _device_inputs(c: Dict) -> Dict:
+    return {k: (cuda.to_device(v) if isinstance(v, np.ndarray) else v) for k, v in c.items()}
+
+
 def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
                 mp_check: bool = False, progress=None) -> List[Row]:
     c = spec.build()
-    dev = {k: (cuda.to_device(v) if isinstance(v, np.ndarray) else v) for k, v in c.items()}
     ref_o, ref_h = oracle.gdn_reference(c["q"], c["k"], c["v"], c["g"], c["beta"],
                                         initial_state=c.get("initial_state"), cu_seqlens=c["cu_seqlens"],
                                         use_qk_l2norm=c["use_qk_l2norm"])
@@ -44,7 +69,11 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
             raise AssertionError(f"GDN oracle FP64 vs mpmath gap {gap:.3e} on {spec.name}")
     N, HV, K, V = ref_h.shape
     slots = 2 * N + 1                         # named slots 1, 3, 5, ...: guards around each
-    idx = np.arange(1, 2 * N, 2, dtype=np.int32)
+    # sequence n's slot: the odd slots in a seeded order (not ascending, where N > 1)
+    idx = np.random.default_rng(spec.seed).permutation(np.arange(1, 2 * N, 2)).astype(np.int32)
+    if N > 1 and np.all(np.diff(idx) > 0):
+        idx = idx[::-1].copy()
+    o_shape = (1, spec.T, HV, V)
     registry = _registry.variants("gdn")
     rows: List[Row] = []
     snaps: Dict[str, dict] = {}
@@ -55,12 +84,18 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
         cache_host = np.full((slots, HV, K, V), SENTINEL, np.float32)
         cache_host[idx] = c["initial_state"] if "initial_state" in c else 0.0
         cache = cuda.to_device(cache_host)
+        dev = _device_inputs(c)               # each variant its own copies: checked after
+        out32 = _GuardedOutput(o_shape, np.float32)
+        out_cast = _GuardedOutput(o_shape, c["q"].dtype)
         common = dict(cu_seqlens=dev["cu_seqlens"], use_qk_l2norm=c["use_qk_l2norm"], variant=name)
+
         def plan_and_launch():
             plain = plan_gdn(dev["q"], dev["k"], dev["v"], dev["g"], dev["beta"],
-                             initial_state=dev.get("initial_state"), out_dtype="float32", **common)
+                             initial_state=dev.get("initial_state"), out_dtype="float32",
+                             out=out32.view, **common)
             server = plan_gdn(dev["q"], dev["k"], dev["v"], dev["g"], dev["beta"],
-                              state_cache=cache, state_indices=cuda.to_device(idx), **common)
+                              state_cache=cache, state_indices=cuda.to_device(idx),
+                              out=out_cast.view, **common)
             plain.launch()
             server.launch()
             cuda.synchronize()
@@ -89,9 +124,16 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
             row.fail("the cast output is not the RNE rounding of the FP32 output")
         guard = np.ones(slots, bool)
         guard[idx] = False
-        row.guards = bool(np.all(cache_after[guard] == SENTINEL))
-        if not row.guards:
+        slots_kept = bool(np.all(cache_after[guard] == SENTINEL))
+        outs_kept = out32.guards_intact() and out_cast.guards_intact()
+        row.guards = slots_kept and outs_kept
+        if not slots_kept:
             row.fail("state cache: a slot that was not named changed")
+        if not outs_kept:
+            row.fail("output: a guard element around o was written")
+        for key, host in c.items():
+            if isinstance(host, np.ndarray) and _host(dev[key]).tobytes() != host.tobytes():
+                row.fail(f"input {key} was modified")
         if cache_after[idx].tobytes() != h.tobytes():
             row.fail("state cache: written slots differ from the plain form's final state")
         if timing:

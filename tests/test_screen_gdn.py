@@ -1,0 +1,100 @@
+"""The GDN screen catches what it exists to catch: variants that are wrong in one path only
+(an empty sequence's state, the order of the state-cache slots), a variant that writes next
+to its output (guard elements) and one that writes into its inputs; each mutant is the frozen
+``chunked`` run and then one corruption."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dflash2_numba import _registry
+from dflash2_numba._compat import SIMULATOR, cuda
+from dflash2_numba.contract import SENTINEL
+from dflash2_numba.gdn import chunked
+from dflash2_numba.screen.cases import GdnCaseSpec
+from dflash2_numba.screen.gdn import GUARD, _GuardedOutput, screen_case
+
+# two empty sequences between and after real ones, with initial states (an empty sequence's
+# final state is its initial state)
+SPEC = GdnCaseSpec("varlen 0/5/0/3 h0", T=8, H=1, HV=2, K=32, V=32, seq_lens=[0, 5, 0, 3, 0],
+                   initial_state=True, seed=5)
+
+
+def _zero_empty_states(plan, stream):
+    chunked.run(plan, stream)
+    cuda.synchronize()
+    seqs, slots = plan.seqs.copy_to_host(), plan.hT_idx.copy_to_host()
+    h = plan.hT.copy_to_host()
+    for n in range(seqs.shape[0]):
+        if seqs[n, 2] == 0 and slots[n] >= 0:
+            h[slots[n]] = 0.0
+    plan.hT.copy_to_device(h)
+
+
+def _slots_in_ascending_order(plan, stream):
+    for name in ("h0_idx", "hT_idx"):
+        idx = getattr(plan, name).copy_to_host()
+        if idx.min() >= 0:
+            setattr(plan, name, cuda.to_device(np.sort(idx).astype(np.int32)))
+    chunked.run(plan, stream)
+
+
+def _writes_its_input(plan, stream):
+    chunked.run(plan, stream)
+    cuda.synchronize()
+    q = plan.q.copy_to_host()
+    q[0, 0, 0, 0] = q[0, 0, 0, 0] + q.dtype.type(1)
+    plan.q.copy_to_device(q)
+
+
+def _writes_next_to_its_output(plan, stream):
+    """A stand-in for a kernel that stores one element past ``o``: on the simulator the
+    caller's output is a numpy view, so the element after it is reached through its base."""
+    chunked.run(plan, stream)
+    cuda.synchronize()
+    base = plan.o._ary
+    while base.base is not None:
+        base = base.base
+    base.reshape(-1)[-1] = 0
+
+
+MUTANTS = {"bad_empty_state": _zero_empty_states, "bad_slot_order": _slots_in_ascending_order,
+           "bad_writes_input": _writes_its_input, "bad_writes_past_o": _writes_next_to_its_output}
+
+
+@pytest.fixture
+def mutants():
+    made = []
+    for name, run in MUTANTS.items():
+        made.append(_registry.register(_registry.Variant(
+            name=name, family="gdn", description="deliberately wrong (test)",
+            contract="B", kernels=chunked.VARIANT.kernels, run=run, bitwise_reference="chunked")))
+    yield [v.name for v in made]
+    for v in made:
+        _registry.unregister("gdn", v.name)
+
+
+def test_gdn_screen_catches_one_path_mutants(mutants):
+    wanted = list(mutants) if SIMULATOR else [m for m in mutants if m != "bad_writes_past_o"]
+    rows = {r.variant: r for r in screen_case(SPEC, ["chunked"] + wanted, timing=False)}
+    assert rows["chunked"].status == "ok", rows["chunked"].__dict__
+    for name in wanted:
+        assert rows[name].status == "FAIL", (name, rows[name].__dict__)
+    assert rows["bad_empty_state"].bitwise is False
+    assert rows["bad_slot_order"].bitwise is False
+    assert any("input q was modified" in m for m in rows["bad_writes_input"].problems)
+    if SIMULATOR:
+        r = rows["bad_writes_past_o"]
+        assert r.guards is False and r.bitwise is True
+        assert any("guard element around o" in m for m in r.problems)
+
+
+def test_guarded_output_sees_a_write_on_either_side():
+    for where in (GUARD - 1, -GUARD):
+        out = _GuardedOutput((1, 4, 2, 32), np.float32)
+        assert out.guards_intact()
+        assert np.all(out.view.copy_to_host() == SENTINEL)
+        flat = out.flat.copy_to_host()
+        flat[where] = 0.0
+        out.flat.copy_to_device(flat)
+        assert not out.guards_intact()
