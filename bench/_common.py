@@ -575,12 +575,9 @@ def bench_parser(doc: str, smoke_help: str):
         warnings.simplefilter("ignore", NumbaPerformanceWarning)
     except Exception:  # noqa: BLE001
         pass
-    from dflash2_numba._cli import output_folder
-
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=None, type=output_folder,
-                   help="output folder (default $OUT, else ./bench_out)")
+    p.add_argument("--out", default=None, help="output folder (default $OUT, else ./bench_out)")
     p.add_argument("--smoke", action="store_true", help=smoke_help)
     return p
 
@@ -610,13 +607,11 @@ def check_run_args(p, args, known, family: str, script: str) -> List[str]:
               f"run the tiny configuration on the simulator: NUMBA_ENABLE_CUDASIM=1 python3 "
               f"bench/{script} --smoke", file=sys.stderr)
         sys.exit(1)
-    folder = Path(args.out or os.environ.get("OUT") or "./bench_out")
     try:                    # made and written to now, not found unwritable after the run
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
+        with tempfile.TemporaryFile(dir=out_dir(args.out)):
             pass
     except OSError as exc:
-        p.error(f"--out: cannot write to {str(folder)!r}: {exc.strerror or exc}")
+        p.error(f"--out: cannot write to {exc.filename or args.out!r}: {exc.strerror or exc}")
     return names
 
 

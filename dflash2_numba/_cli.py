@@ -26,23 +26,6 @@ def compute_capability(text: str) -> tuple:
     return int(parts[0]), int(parts[1])
 
 
-def output_folder(text: str) -> str:
-    """An output folder: an existing writable folder, or a path whose nearest existing
-    parent is a writable folder (it is created when the run writes)."""
-    if not text:
-        raise argparse.ArgumentTypeError("expected a folder path, got ''")
-    path = os.path.abspath(text)
-    probe = path
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
-        if probe == path:
-            raise argparse.ArgumentTypeError(f"cannot write to {text!r}: not a writable folder")
-        raise argparse.ArgumentTypeError(f"cannot create {text!r}: {probe!r} is not a writable "
-                                         f"folder")
-    return text
-
-
 def positive_int(text: str) -> int:
     """An int >= 1."""
     try:

@@ -20,7 +20,11 @@ from .contract import (ATTENTION_OUT_DTYPES, DEFAULT_SPLITS, HEAD_DIMS, MAX_LOGI
 MAX_GUARD = 1 << 20      # guard elements on each side of a buffer (4 MiB of FP32)
 
 
-class _Guarded:
+class GuardedBuffer:
+    """A device array ``view`` of ``shape`` inside a flat allocation with ``guard`` elements
+    on each side: :meth:`fill` writes the sentinel everywhere, guards included, and
+    :meth:`guards_intact` says whether every guard element still holds it."""
+
     def __init__(self, shape, dtype, guard: int):
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
@@ -67,8 +71,8 @@ class AttentionWorkspace:
         nbytes = sum((int(np.prod(sh)) + 2 * g) * np.dtype(dt).itemsize
                      for sh, dt in shapes.values())
         try:
-            self._buffers: Dict[str, _Guarded] = {
-                name: _Guarded(sh, dt, g) for name, (sh, dt) in shapes.items()}
+            self._buffers: Dict[str, GuardedBuffer] = {
+                name: GuardedBuffer(sh, dt, g) for name, (sh, dt) in shapes.items()}
         except Exception as exc:   # noqa: BLE001  (numpy / the driver: out of memory)
             raise ValueError(f"batch, splits, q_len, heads, head_dim: the workspace needs "
                              f"{nbytes} bytes, which cannot be allocated ({type(exc).__name__})"

@@ -12,7 +12,7 @@ from dflash2_numba._compat import SIMULATOR, cuda
 from dflash2_numba.contract import SENTINEL
 from dflash2_numba.gdn import chunked
 from dflash2_numba.screen.cases import GdnCaseSpec
-from dflash2_numba.screen.gdn import GUARD, _GuardedOutput, screen_case
+from dflash2_numba.screen.gdn import GUARD, _guarded_output, screen_case
 
 # two empty sequences between and after real ones, with initial states (an empty sequence's
 # final state is its initial state)
@@ -91,7 +91,7 @@ def test_gdn_screen_catches_one_path_mutants(mutants):
 
 def test_guarded_output_sees_a_write_on_either_side():
     for where in (GUARD - 1, -GUARD):
-        out = _GuardedOutput((1, 4, 2, 32), np.float32)
+        out = _guarded_output((1, 4, 2, 32), np.float32)
         assert out.guards_intact()
         assert np.all(out.view.copy_to_host() == SENTINEL)
         flat = out.flat.copy_to_host()

@@ -71,6 +71,8 @@ class AttentionPlan:
     # what a variant derives from the plan for its launches (kernel views of the caches,
     # the schedule for the device), computed at the first launch and reused
     launch_cache: dict = field(default_factory=dict, repr=False)
+    # the plan-time checks on values, bound to this plan's arrays (check_inputs runs it)
+    value_check: Any = field(default=None, repr=False)
 
     def launch_setup(self, key: str, build):
         """``build(self)`` the first time ``key`` is asked for, the same object after that:
@@ -79,8 +81,6 @@ class AttentionPlan:
         if got is None:
             got = self.launch_cache[key] = build(self)
         return got
-
-    value_check: Any = field(default=None, repr=False)
 
     def launch(self, stream=None) -> None:
         """Launch the variant's kernels (no checks, no transfers): graph-capturable. They

@@ -28,9 +28,9 @@ import numpy as np
 
 from .. import _registry
 from .._arrays import (KIND_NUMPY, ArrayArg, as_array_arg, check_all_finite, check_contiguous, check_dtype,
-                       check_writable_output, is_c_contiguous,
                        check_finite_scalar, check_int_range, check_ndim, check_nonnegative_strides,
-                       check_shape, parse_dtype, resolve_stream, result_like)
+                       check_shape, check_writable_output, is_c_contiguous, parse_dtype,
+                       resolve_stream, result_like)
 from .._compat import cuda
 from ..contract import GDN_DIMS
 from ._common import VB, GdnPlan
@@ -298,10 +298,6 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
             dup = int(uniq[np.flatnonzero(counts > 1)[0]])
             raise ValueError(f"state_indices: must be distinct; slot {dup} is named more than once")
 
-    if values:
-        _check_values(ga, ba, qa, ka, va, isa)
-        if sca is not None:
-            _check_cache_rows(sca, idx_host)
     if var.flat_inputs:
         for a in (qa, ka, va, ga, ba):
             if a.kind != KIND_NUMPY and not is_c_contiguous(a):
@@ -309,6 +305,10 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
                     f"{a.name}: variant {var.name!r} reads q, k, v, g and beta as C-contiguous "
                     f"device arrays, got strides {a.strides} for shape {a.shape}; pass a "
                     f"contiguous copy or use variant 'chunked'")
+    if values:
+        _check_values(ga, ba, qa, ka, va, isa)
+        if sca is not None:
+            _check_cache_rows(sca, idx_host)
 
     oa = None
     if out is not None:

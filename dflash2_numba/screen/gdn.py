@@ -21,6 +21,7 @@ from .. import _registry
 from .._compat import cuda
 from ..contract import SENTINEL
 from ..gdn.api import plan_gdn
+from ..workspace import GuardedBuffer
 from .attention import FP32_REL_BOUND, Row, time_launches
 from .cases import GdnCaseSpec
 from .variant_steps import audit_route, bitwise_checks, launch_variant
@@ -34,20 +35,10 @@ def _host(x):
 GUARD = 64          # sentinel elements on each side of a screened output
 
 
-class _GuardedOutput:
-    """A sentinel-filled device output ``shape`` inside a flat buffer with GUARD elements
-    of sentinel on each side: ``view`` goes to the call as ``out``."""
-
-    def __init__(self, shape, dtype):
-        size = int(np.prod(shape))
-        self.flat = cuda.to_device(np.full(size + 2 * GUARD, SENTINEL, dtype=dtype))
-        self.view = self.flat[GUARD:GUARD + size].reshape(shape)
-        self._sentinel = np.asarray(SENTINEL, dtype=dtype).tobytes() * GUARD
-
-    def guards_intact(self) -> bool:
-        host = self.flat.copy_to_host()
-        return (host[:GUARD].tobytes() == self._sentinel
-                and host[-GUARD:].tobytes() == self._sentinel)
+def _guarded_output(shape, dtype) -> GuardedBuffer:
+    out = GuardedBuffer(shape, dtype, GUARD)
+    out.fill()
+    return out
 
 
 def _device_inputs(c: Dict) -> Dict:
@@ -85,8 +76,8 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
         cache_host[idx] = c["initial_state"] if "initial_state" in c else 0.0
         cache = cuda.to_device(cache_host)
         dev = _device_inputs(c)               # each variant its own copies: checked after
-        out32 = _GuardedOutput(o_shape, np.float32)
-        out_cast = _GuardedOutput(o_shape, c["q"].dtype)
+        out32 = _guarded_output(o_shape, np.float32)
+        out_cast = _guarded_output(o_shape, c["q"].dtype)
         common = dict(cu_seqlens=dev["cu_seqlens"], use_qk_l2norm=c["use_qk_l2norm"], variant=name)
 
         def plan_and_launch():
