@@ -577,6 +577,7 @@ def main(argv=None) -> int:
     if skipped:
         notes.append(f"time budget ({args.budget_s:.0f} s) spent: contexts {skipped} skipped")
 
+    described = d2.attention_variants()
     record = {
         "meta": meta,
         "config": {**cfg, "contexts": contexts, "variants": variants, "unsupported": unsupported,
@@ -591,7 +592,7 @@ def main(argv=None) -> int:
         "graph_checks": graph_checks,
         "accuracy": accuracy,
         "peers": peers_info,
-        "variants_described": {v: d2.attention_variants()[v] for v in variants},
+        "variants_described": {v: described[v] for v in variants},
         "notes": notes,
         "failures": failures,
         "elapsed_s": budget.elapsed(),
