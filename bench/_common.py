@@ -589,17 +589,12 @@ def check_run_args(p, args, known, family: str, script: str) -> List[str]:
     simulated threads), a GPU present without the simulator (exit 1 with a message, not a
     traceback from the driver), and the output folder made and writable (a usage error
     otherwise). Returns the variant names."""
-    spec = args.variants.strip()
-    if spec.lower() == "all":
-        names = list(known)
-    else:
-        names = [v.strip() for v in spec.split(",") if v.strip()]
-        if not names:
-            p.error(f"--variants: expected 'all' or comma-separated {family} variant names, "
-                    f"got {args.variants!r}")
-        unknown = [v for v in names if v not in known]
-        if unknown:
-            p.error(f"--variants: unknown {family} variants {unknown}; known: {sorted(known)}")
+    from dflash2_numba._cli import variant_list
+
+    try:
+        names = variant_list(args.variants, list(known))
+    except ValueError as exc:
+        p.error(f"--variants ({family}): {exc}")
     if SIMULATOR and not args.smoke:
         p.error("the production shape does not run on the CUDA simulator; pass --smoke")
     if not SIMULATOR and not cuda.is_available():

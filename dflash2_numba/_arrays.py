@@ -225,14 +225,21 @@ def check_int_range(values: np.ndarray, name: str, lo: int, hi: int) -> None:
                          f"is outside [{lo}, {hi}]")
 
 
+def first_offender(values: np.ndarray, ok: np.ndarray):
+    """``(index tuple, value)`` of the first element where ``ok`` is False, or None."""
+    bad = np.flatnonzero(~ok)
+    if not bad.size:
+        return None
+    idx = tuple(int(i) for i in np.unravel_index(int(bad[0]), values.shape))
+    return idx, values[idx]
+
+
 def check_all_finite(a: ArrayArg, hint: str = "") -> None:
     """Every value finite (copies device arrays to the host); names the first offender."""
     values = np.asarray(a.host_values())
-    bad = np.flatnonzero(~np.isfinite(values))
-    if bad.size:
-        idx = np.unravel_index(int(bad[0]), values.shape)
-        raise ValueError(f"{a.name}: must be finite; found {values[idx]!r} at index "
-                         f"{tuple(int(i) for i in idx)}{hint}")
+    found = first_offender(values, np.isfinite(values))
+    if found is not None:
+        raise ValueError(f"{a.name}: must be finite; found {found[1]!r} at index {found[0]}{hint}")
 
 
 def check_positive_int(value, name: str, lo: int = 1, hi: Optional[int] = None) -> int:

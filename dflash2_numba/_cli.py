@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import List
+from typing import List, Sequence
 
 
 def output_path(text: str) -> str:
@@ -59,3 +59,17 @@ def positive_int_list(text: str) -> List[int]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated positive integers, got {text!r}")
     return values
+
+
+def variant_list(spec: str, known: Sequence[str]) -> List[str]:
+    """``--variants``: ``all`` (every name in ``known``) or a non-empty comma-separated list
+    of names in ``known``; ``ValueError`` with the message otherwise (the tool makes it a
+    usage error, exit status 2)."""
+    if spec.strip().lower() == "all":
+        return list(known)
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        what = f"unknown: {', '.join(unknown)}" if unknown else f"no name in {spec!r}"
+        raise ValueError(f"{what}; known: {', '.join(known)}")
+    return names

@@ -29,7 +29,7 @@ import numpy as np
 from .. import _registry
 from .._arrays import (KIND_NUMPY, ArrayArg, as_array_arg, check_all_finite, check_contiguous, check_dtype,
                        check_finite_scalar, check_int_range, check_ndim, check_nonnegative_strides,
-                       check_shape, check_writable_output, is_c_contiguous, parse_dtype,
+                       check_shape, check_writable_output, first_offender, is_c_contiguous, parse_dtype,
                        resolve_stream, result_like)
 from .._compat import cuda
 from ..contract import GDN_DIMS
@@ -51,37 +51,32 @@ def _to_device(a: ArrayArg, stream):
     return a.device(stream)
 
 
+_SKIP = " (pass check_values=False to skip this check)"
+
+
 def _check_cache_rows(sca: ArrayArg, idx_host: np.ndarray) -> None:
     """The ``state_cache`` rows ``state_indices`` names (the initial states) are finite;
     only those rows are read (one copy a row for device caches)."""
     for n, slot in enumerate(idx_host.tolist()):
-        rows = sca.obj[slot] if sca.kind == KIND_NUMPY else sca.device()[slot].copy_to_host()
-        bad = np.flatnonzero(~np.isfinite(np.asarray(rows)))
-        if bad.size:
-            idx = (slot,) + tuple(int(i) for i in np.unravel_index(int(bad[0]), rows.shape))
+        rows = np.asarray(sca.obj[slot] if sca.kind == KIND_NUMPY
+                          else sca.device()[slot].copy_to_host())
+        found = first_offender(rows, np.isfinite(rows))
+        if found is not None:
             raise ValueError(f"state_cache: the initial state of sequence {n} (slot {slot}) must be "
-                             f"finite; found {rows[idx[1:]]!r} at index {idx} "
-                             f"(pass check_values=False to skip this check)")
+                             f"finite; found {found[1]!r} at index {(slot,) + found[0]}{_SKIP}")
 
 
 def _check_values(g: ArrayArg, beta: ArrayArg, *finite: ArrayArg) -> None:
-    """g finite and <= 0, beta finite, and every array in ``finite`` (q, k, v, initial
-    state) finite: non-finite inputs the caller controls are an error, not a NaN output."""
-    for a in finite:
+    """g finite and <= 0, and beta and every array in ``finite`` (q, k, v, initial state)
+    finite: non-finite inputs the caller controls are an error, not a NaN output."""
+    for a in finite + (beta,):
         if a is not None:
-            check_all_finite(a, " (pass check_values=False to skip this check)")
+            check_all_finite(a, _SKIP)
     gv = np.asarray(g.host_values(), dtype=np.float32)
-    bad = np.flatnonzero(~(np.isfinite(gv) & (gv <= 0)))
-    if bad.size:
-        idx = np.unravel_index(int(bad[0]), gv.shape)
-        raise ValueError(f"g: the log decay must be finite and <= 0; found {gv[idx]!r} at index "
-                         f"{tuple(int(i) for i in idx)} (pass check_values=False to skip this check)")
-    bv = np.asarray(beta.host_values(), dtype=np.float32)
-    bad = np.flatnonzero(~np.isfinite(bv))
-    if bad.size:
-        idx = np.unravel_index(int(bad[0]), bv.shape)
-        raise ValueError(f"beta: must be finite; found {bv[idx]!r} at index "
-                         f"{tuple(int(i) for i in idx)} (pass check_values=False to skip this check)")
+    found = first_offender(gv, np.isfinite(gv) & (gv <= 0))
+    if found is not None:
+        raise ValueError(f"g: the log decay must be finite and <= 0; found {found[1]!r} at index "
+                         f"{found[0]}{_SKIP}")
 
 
 def _sequences(B: int, T: int, cu: Optional[ArrayArg]) -> np.ndarray:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from typing import List, Optional
 
-from .._cli import output_path, positive_int_list
+from .._cli import output_path, positive_int_list, variant_list
 
 
 def _parse(argv):
@@ -36,21 +36,12 @@ def _parse(argv):
     return ap.parse_args(argv)
 
 
-def unknown_variants(wanted: str, known: List[str]) -> List[str]:
-    """The names in ``--variants`` that are not in ``known``."""
-    if wanted == "all":
+def _select(names_all, wanted: List[str], registry) -> List[str]:
+    """The variants of one family to screen: those of ``wanted`` it registers, and the
+    bitwise reference of each, references first."""
+    chosen = [n for n in wanted if n in names_all]
+    if not chosen:
         return []
-    return [n.strip() for n in wanted.split(",") if n.strip() and n.strip() not in known]
-
-
-def _select(names_all, wanted: str, family: str, registry) -> List[str]:
-    if wanted == "all":
-        chosen = list(names_all)
-    else:
-        chosen = [n.strip() for n in wanted.split(",") if n.strip()]
-        chosen = [n for n in chosen if n in names_all]   # (main refuses names no family has)
-        if not chosen:
-            return []
     # every chosen variant's bitwise reference runs too, first
     refs = []
     for n in chosen:
@@ -85,11 +76,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     contexts = args.contexts
     families = ["attention", "gdn"] if args.family == "all" else [args.family]
     known = _registry.variant_names(families)
-    unknown = unknown_variants(args.variants, known)
-    if unknown or not [n for n in args.variants.split(",") if n.strip()]:
-        print(f"dflash2-screen: error: --variants: unknown for {args.family}: "
-              f"{', '.join(unknown) or repr(args.variants)}; known: {', '.join(known)}",
-              file=sys.stderr)
+    try:
+        wanted = variant_list(args.variants, known)
+    except ValueError as exc:
+        print(f"dflash2-screen: error: --variants ({args.family}): {exc}", file=sys.stderr)
         return 2
     where = "CUDA simulator" if SIMULATOR else "GPU"
     emu = emulated_cc()
@@ -108,7 +98,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     rows = []
     for fam in families:
         registry = _registry.variants(fam)
-        names = _select(list(registry), args.variants, fam, registry)
+        names = _select(list(registry), wanted, registry)
         if not names:                 # (--variants names only the other family's)
             continue
         if fam == "attention":
