@@ -8,6 +8,8 @@ so the table can be checked against an independent rendering.
 """
 from __future__ import annotations
 
+import numbers
+
 import ml_dtypes
 import numpy as np
 
@@ -15,9 +17,20 @@ E4M3 = ml_dtypes.float8_e4m3fn
 E4M3_MAX = 448.0
 
 
+def _wide_float(x) -> np.ndarray:
+    """``x`` as float64 when it is float64 (or wider), else float32: each is rounded to
+    E4M3 once, from its own value (float64 -> float32 -> E4M3 would round twice)."""
+    a = np.asarray(x)
+    wide = a.dtype.kind == "f" and a.dtype.itemsize >= 8
+    return a.astype(np.float64 if wide else np.float32)
+
+
 def encode(x) -> np.ndarray:
-    """float array -> uint8 E4M3FN codes (RNE, saturating at +-448, NaN -> NaN code)."""
-    a = np.asarray(x, dtype=np.float32)
+    """float array -> uint8 E4M3FN codes (RNE, saturating at +-448, NaN -> NaN code).
+
+    float64 input is rounded once, from its float64 value; wider floats go through float64.
+    """
+    a = _wide_float(x)
     a = np.where(np.isnan(a), a, np.clip(a, -E4M3_MAX, E4M3_MAX))
     return a.astype(E4M3).view(np.uint8)
 
@@ -31,8 +44,12 @@ def decode(codes) -> np.ndarray:
 
 
 def decode_exact(code: int) -> float:
-    """The contract's bit-field reading of one code, independent of ml_dtypes."""
-    code = int(code) & 0xFF
+    """The contract's bit-field reading of one code (0..255), independent of ml_dtypes."""
+    if isinstance(code, (bool, np.bool_)) or not isinstance(code, numbers.Integral):
+        raise TypeError(f"code: expected an integer 0..255, got {type(code).__name__}")
+    code = int(code)
+    if not 0 <= code <= 255:
+        raise ValueError(f"code: expected 0..255, got {code}")
     sign = -1.0 if code & 0x80 else 1.0
     exp = (code >> 3) & 0xF
     man = code & 0x7

@@ -59,6 +59,8 @@ def decode_e4m3_bits(code: int) -> float:
     Sign bit 7, exponent bits 6..3 with bias 7, mantissa bits 2..0; exponent 0 is subnormal
     ``m * 2**-9``; 0x7F / 0xFF are NaN; there are no infinities.
     """
+    if isinstance(code, (bool, np.bool_)) or not isinstance(code, numbers.Integral):
+        raise TypeError(f"code: expected an integer 0..255, got {type(code).__name__}")
     code = int(code)
     if not 0 <= code <= 255:
         raise ValueError(f"code: expected 0..255, got {code}")
@@ -83,15 +85,21 @@ def qk_scale_f32(scale, k_scale) -> float:
 def _real_scalar(name, x, *, positive):
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
         raise TypeError(f"{name}: expected a real number, got {type(x).__name__}")
-    x = float(x)
+    try:
+        x = float(x)
+    except OverflowError:
+        raise ValueError(f"{name}: must be finite, got an int past float64's range") from None
     if not math.isfinite(x):
         raise ValueError(f"{name}: must be finite, got {x}")
     if positive and not x > 0:
         raise ValueError(f"{name}: must be > 0, got {x}")
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", under="ignore"):
         x32 = float(np.float32(x))
     if not math.isfinite(x32):
         raise ValueError(f"{name}: {x} overflows float32")
+    if positive and not x32 > 0:
+        # the contract reads the scale as f32(x): one that rounds to 0 would be used as 0
+        raise ValueError(f"{name}: must be > 0 in float32, got {x} (rounds to 0)")
     return x
 
 
@@ -179,8 +187,13 @@ def _validate(q, k_cache, v_cache, block_table, seq_lens, scale, k_scale, v_scal
 
 
 def row_lengths_of(seq_lens, q_len: int) -> np.ndarray:
-    """Contract A "Inputs": default visible lengths ``L[b, t] = seq_lens[b] - Q + 1 + t`` (int64)."""
-    sl = np.asarray(seq_lens).astype(np.int64)
+    """Contract A "Inputs": default visible lengths ``L[b, t] = seq_lens[b] - Q + 1 + t`` (int64).
+
+    ``seq_lens`` is a 1-D integer array ``[B]``; ``q_len`` an integer >= 1.
+    """
+    sl = _int_array("seq_lens", seq_lens, 1).astype(np.int64)
+    if isinstance(q_len, (bool, np.bool_)) or not isinstance(q_len, numbers.Integral) or q_len < 1:
+        raise ValueError(f"q_len: expected an integer >= 1, got {q_len!r}")
     return sl[:, None] - int(q_len) + 1 + np.arange(int(q_len), dtype=np.int64)[None, :]
 
 

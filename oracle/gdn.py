@@ -90,11 +90,18 @@ def _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm,
             raise ValueError("scale: must be finite, got an int past float64's range") from None
         if not math.isfinite(scale):
             raise ValueError(f"scale: must be finite, got {scale}")
+        with np.errstate(over="ignore"):
+            if not np.isfinite(np.float32(scale)):
+                # the kernels take scale as f32, as the API's check says
+                raise ValueError(f"scale: {scale} overflows float32")
     if cu_seqlens is None:
         starts = np.arange(B, dtype=np.int64) * T      # offsets into the flat [B*T] tokens
         lens = np.full(B, T, dtype=np.int64)
     else:
-        cu = np.asarray(cu_seqlens)
+        try:
+            cu = np.asarray(cu_seqlens)
+        except Exception as exc:
+            raise TypeError(f"cu_seqlens: cannot be read as an array ({exc})") from None
         if cu.dtype.kind not in "iu":
             raise TypeError(f"cu_seqlens: expected an integer array (int32), got dtype {cu.dtype}")
         if cu.ndim != 1 or cu.shape[0] < 1:

@@ -17,6 +17,9 @@ import numpy as np
 __all__ = ["rel_l2", "max_abs", "first_mismatch", "Mismatch"]
 
 
+_EXACT_INT = 2 ** 53  # integers up to this magnitude convert to float64 exactly
+
+
 def _pair(x, ref, name="x"):
     a = np.asarray(x)
     r = np.asarray(ref)
@@ -25,45 +28,65 @@ def _pair(x, ref, name="x"):
     for nm, arr in ((name, a), ("ref", r)):
         if arr.dtype.kind not in "biuf":
             raise TypeError(f"{nm}: expected a real numeric array, got dtype {arr.dtype}")
+        if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
+            raise TypeError(f"{nm}: dtype {arr.dtype} is wider than float64, in which the "
+                            "metrics are computed")
+        if arr.dtype.kind in "iu" and arr.size and (int(arr.max()) > _EXACT_INT
+                                                    or int(arr.min()) < -_EXACT_INT):
+            raise ValueError(f"{nm}: integers past 2**53 have no exact float64 value, in "
+                             "which the metrics are computed")
     return a.astype(np.float64), r.astype(np.float64)
 
 
-def _norm2(x: np.ndarray) -> float:
-    """Euclidean norm in float64 without overflow/underflow of the squares."""
+def _norm_parts(x: np.ndarray) -> Tuple[float, float]:
+    """``(m, t)`` with ``||x|| = m * t``: ``m = max|x|`` and ``t = ||x / m||`` in
+    ``[1, sqrt(n)]``, so neither the squares nor the norm itself overflow.  ``(0, 0)``
+    for an empty or zero ``x``; ``(inf, 1)`` when ``x`` holds an infinity."""
     if x.size == 0:
-        return 0.0
+        return 0.0, 0.0
     m = float(np.max(np.abs(x)))
-    if m == 0.0 or not np.isfinite(m):
-        return m
+    if m == 0.0:
+        return 0.0, 0.0
+    if not np.isfinite(m):
+        return m, 1.0
     y = x / m
-    return m * float(np.sqrt(np.dot(y.ravel(), y.ravel())))
+    return m, float(np.sqrt(np.dot(y.ravel(), y.ravel())))
+
+
+def _norm_ratio(d: np.ndarray, r: np.ndarray) -> float:
+    """``||d|| / ||r||`` for finite ``d`` and a finite, nonzero ``r``, formed from
+    :func:`_norm_parts` so that norms past float64's range still give their ratio."""
+    md, td = _norm_parts(d)
+    mr, tr = _norm_parts(r)
+    with np.errstate(over="ignore"):
+        return float((md / mr) * (td / tr))
 
 
 def rel_l2(x, ref) -> float:
     """Contract C: relative L2 error ``||x - ref|| / ||ref||`` in float64.
 
     Conventions: a NaN anywhere in ``x`` or ``ref`` gives ``nan``; an infinity only in
-    ``x`` gives ``inf``; an infinity in ``ref`` gives ``nan``; when ``||ref|| == 0`` (including empty arrays) the result is the *absolute*
-    ``||x||`` (0.0 when ``x`` is zero too).  Shapes must match (ValueError).
+    ``x`` gives ``inf``; an infinity in ``ref`` gives ``nan``.  When ``||ref|| == 0``
+    (empty arrays included) the error is relative to nothing: ``0.0`` when ``x`` is zero
+    too, else ``inf`` (any nonzero ``x`` fails every relative bound).  Shapes must match
+    (ValueError); integer inputs must be exact in float64 (ValueError past 2**53).
     """
     a, r = _pair(x, ref)
     if np.isnan(a).any() or np.isnan(r).any():
         return float("nan")
-    with np.errstate(invalid="ignore", over="ignore"):
+    if np.isinf(r).any():
+        return float("nan")
+    if not np.isfinite(a).all():
+        return float("inf")
+    if _norm_parts(r)[0] == 0.0:
+        return 0.0 if _norm_parts(a)[0] == 0.0 else float("inf")
+    with np.errstate(over="ignore"):
         d = a - r
-    if np.isnan(d).any():
-        return float("nan")
-    nr = _norm2(r)
-    half = np.isinf(d).any() and np.isfinite(a).all() and np.isfinite(r).all()
-    if nr == 0.0:
-        return _norm2(a)
-    if np.isinf(nr):
-        return float("nan")
-    if half:
+    if np.isinf(d).any():
         # finite inputs whose difference overflows (|x - ref| > 1.8e308): the halves'
-        # difference (halving is exact) over ||ref||, doubled, so a finite ratio comes out
-        return 2.0 * (_norm2(a * 0.5 - r * 0.5) / nr)
-    return _norm2(d) / nr
+        # difference (halving is exact here) over the halved ref gives the same ratio
+        return _norm_ratio(a * 0.5 - r * 0.5, r * 0.5)
+    return _norm_ratio(d, r)
 
 
 def max_abs(x, ref) -> float:

@@ -23,10 +23,26 @@ def test_e4m3_table_matches_bit_fields():
         if c in (0x7F, 0xFF):
             assert np.isnan(want) and np.isnan(got)
         else:
-            assert want == got, hex(c)
+            assert want == got and np.signbit(want) == np.signbit(got), hex(c)
+    assert np.signbit(E4M3_TABLE[0x80]) and not np.signbit(E4M3_TABLE[0x00])
     assert np.nanmax(E4M3_TABLE) == 448.0 and np.nanmin(E4M3_TABLE) == -448.0
     assert E4M3_TABLE[0x01] == 2.0 ** -9 and E4M3_TABLE[0x08] == 2.0 ** -6
     assert E4M3_TABLE[0x38] == 1.0 and E4M3_TABLE[0xB8] == -1.0
+
+
+def test_decode_e4m3_bits_refuses_what_is_not_a_code():
+    for bad, exc in ((1.7, TypeError), (True, TypeError), (256, ValueError), (-1, ValueError)):
+        with pytest.raises(exc, match="code"):
+            decode_e4m3_bits(bad)
+
+
+def test_row_lengths_of_refuses_bad_input():
+    with pytest.raises(TypeError, match="seq_lens"):
+        row_lengths_of([5.9], 2)
+    with pytest.raises(ValueError, match="seq_lens"):
+        row_lengths_of([[5, 6]], 2)
+    with pytest.raises(ValueError, match="q_len"):
+        row_lengths_of([5], 0)
 
 
 def test_decode_e4m3_rejects_non_uint8():
@@ -277,6 +293,11 @@ BAD = [
     (lambda c: _mut(v_scale=float("inf")), ValueError, "v_scale"),
     (lambda c: _mut(v_scale=-1.0), ValueError, "v_scale"),
     (lambda c: dict(_base(), precision="fp32"), ValueError, "precision"),
+    (lambda c: _mut(scale=10 ** 400), ValueError, "scale"),          # past float64: no traceback
+    (lambda c: _mut(k_scale=10 ** 400), ValueError, "k_scale"),
+    # positive in float64 but 0 in float32, the type the contract reads them in
+    (lambda c: _mut(k_scale=1e-50), ValueError, "k_scale"),
+    (lambda c: _mut(v_scale=1e-50), ValueError, "v_scale"),
     # lengths past int32 are refused, not wrapped (2**64 - 1 as int64 is -1: an empty row)
     (lambda c: _mut(row_lengths=np.full((2, 2), 2 ** 64 - 1, np.uint64)), ValueError,
      "row_lengths"),

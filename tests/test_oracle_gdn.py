@@ -110,8 +110,10 @@ def test_default_scale_is_k_to_minus_half():
     case = random_gdn_case(_rng(122), B=1, T=4, H=1, HV=1, K=9, V=2)
     a = oracle.gdn_reference(**case)
     b = oracle.gdn_reference(**case, scale=1 / 3)
-    np.testing.assert_array_equal(a[1], b[1])
+    np.testing.assert_array_equal(a[1], b[1])        # scale enters o only, never the state
     assert oracle.rel_l2(a[0], b[0]) <= 1e-15
+    c = oracle.gdn_reference(**case, scale=0.5)      # so the default was not just ignored
+    assert oracle.rel_l2(c[0], a[0]) > 1e-3
 
 
 # ----------------------------------------------------------------------------- variable length
@@ -240,6 +242,8 @@ BAD = [
     (dict(scale=float("inf")), ValueError, "scale"),
     (dict(scale="x"), TypeError, "scale"),
     (dict(scale=10 ** 400), ValueError, "scale"),
+    (dict(scale=1e300), ValueError, "scale"),                 # finite, but not in float32
+    (dict(cu_seqlens=[[0, 2], [6]], initial_state=None), TypeError, "cu_seqlens"),  # ragged
     (dict(initial_state=np.zeros((2, 4, 4, 3), np.float32)), ValueError, "initial_state"),
     (dict(cu_seqlens=np.array([0, 2, 6], np.float32)), TypeError, "cu_seqlens"),
     (dict(cu_seqlens=np.array([1, 6], np.int32), initial_state=None), ValueError, "cu_seqlens"),

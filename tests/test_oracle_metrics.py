@@ -21,10 +21,33 @@ def test_rel_l2_hand():
     assert rel_l2(np.array([[0.0, 2.0]]), np.array([[0.0, 1.0]])) == 1.0
 
 
-def test_rel_l2_zero_reference_is_absolute_norm():
-    assert rel_l2([3.0, 4.0], [0.0, 0.0]) == 5.0
+def test_rel_l2_zero_reference():
+    # relative to nothing: zero when x is zero too, else inf (fails every bound, however
+    # small x is; an absolute norm would pass 1e-6 against the 1e-5 bound)
+    assert math.isinf(rel_l2([3.0, 4.0], [0.0, 0.0]))
+    assert math.isinf(rel_l2([1e-300, 0.0], [0.0, 0.0]))
     assert rel_l2([0.0, -0.0], [0.0, 0.0]) == 0.0
     assert rel_l2(np.zeros((0, 3)), np.zeros((0, 3))) == 0.0
+
+
+def test_rel_l2_of_norms_past_float64():
+    # ||ref|| = 2.1e308 overflows float64 though every element is finite
+    x = np.array([1.5e308, 1.5e308])
+    assert rel_l2(x, x) == 0.0
+    assert rel_l2(0.5 * x, x) == pytest.approx(0.5, rel=1e-15)
+    assert rel_l2(-x, x) == pytest.approx(2.0, rel=1e-15)       # the difference overflows too
+    assert rel_l2(x, 1e-300 * x) == pytest.approx(1e300, rel=1e-12)
+
+
+def test_metrics_refuse_what_float64_cannot_hold():
+    with pytest.raises(ValueError, match="x: integers past 2..53"):
+        max_abs(np.array([2 ** 53 + 1]), np.array([2 ** 53]))
+    with pytest.raises(ValueError, match="ref: integers past 2..53"):
+        rel_l2(np.array([1], np.uint64), np.array([2 ** 63], np.uint64))
+    assert max_abs(np.array([2 ** 53]), np.array([-2 ** 53])) == 2.0 ** 54
+    if np.dtype(np.longdouble).itemsize > 8:
+        with pytest.raises(TypeError, match="x: dtype .* wider than float64"):
+            rel_l2(np.ones(2, np.longdouble), np.ones(2))
 
 
 def test_rel_l2_nan_and_inf():
