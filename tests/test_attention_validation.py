@@ -211,6 +211,32 @@ def test_check_inputs_rechecks_values_changed_in_place(good):
         plan.check_inputs()
 
 
+def test_numpy_inputs_are_bound_by_value(good):
+    """numpy inputs are copied to the device at plan time: changing the caller's arrays
+    afterwards changes neither the launches' result nor what ``check_inputs`` checks."""
+    args = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in good.items()}
+    plan = d2.plan_attention(**args, splits=4)
+    plan.launch()
+    before = plan.results().out
+    args["q"][...] = np.nan                                    # the caller's arrays only
+    args["seq_lens"][0] = good["block_table"].shape[1] * good["k_cache"].shape[1] + 2
+    plan.check_inputs()                                        # the plan's copies still pass
+    plan.launch()
+    assert plan.results().out.tobytes() == before.tobytes()
+
+
+def test_plan_names_a_workspace_it_cannot_allocate():
+    """A call whose own workspace cannot be allocated is a ValueError naming what sizes it,
+    as for an AttentionWorkspace, not a bare MemoryError."""
+    B, Q, Hq, D = 1000, 8, 8, 256          # partial: 1000 x 65536 splits x 8 x 8 x 256 FP32
+    big = case(np.random.default_rng(5), B=1, Q=1, Hq=1, Hkv=1, D=D, page_size=16,
+               seq_lens=[3], strided=False)
+    big.update(q=np.zeros((B, Q, Hq, D), np.float16), seq_lens=np.full(B, 10, np.int32),
+               block_table=np.zeros((B, big["block_table"].shape[1]), np.int32))
+    with pytest.raises(ValueError, match=r"^q, splits: the call's workspace needs \d+ bytes"):
+        d2.plan_attention(**big, splits=65536)
+
+
 def test_launch_refuses_a_grid_past_cuda_limits():
     """The backstop under every variant: ``_registry.launch`` refuses a grid past CUDA's
     limits naming the kernel, and neither launches nor counts it."""

@@ -111,10 +111,13 @@ class AttentionPlan:
         return res
 
     def check_inputs(self) -> None:
-        """Run the plan-time checks on values again, on what the bound arrays hold now.
+        """Run the plan-time checks on values again, on what the launches read now.
 
         A plan binds arrays, not values: every launch reads ``q``, ``seq_lens``,
-        ``row_lengths`` and the block table as they are then. Values changed in place must
+        ``row_lengths`` and the block table as they are then. Device arrays are bound
+        zero-copy (the caller's memory); numpy arrays were copied to the device at plan
+        time, and the launches read those copies, so changing a numpy array after planning
+        changes nothing (plan again instead). Values changed in place must
         still pass these checks (q finite, lengths within what the table can name, every
         entry a request reaches naming a page); the kernels stay inside the caches whatever
         they read (pages outside the table are masked), but the result is defined only for
@@ -243,28 +246,40 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
 
     # ---- every check passed: bind device memory ----
     strm = A.resolve_stream(stream)
-    if workspace is not None:
-        partial, lse = workspace.partial, workspace.lse
-    else:
-        partial = cuda.device_array((B, S, Q, Hq, D), np.float32, stream=strm)
-        lse = cuda.device_array((B, S, Q, Hq, 2), np.float32, stream=strm)
-    if oa is not None and oa.kind != A.KIND_NUMPY:
-        out_dev = oa.device()
-    elif workspace is not None and workspace.out_dtype == odt:
-        out_dev = workspace.out
-    else:
-        out_dev = cuda.device_array((B, Q, Hq, D), odt, stream=strm)
+    try:
+        if workspace is not None:
+            partial, lse = workspace.partial, workspace.lse
+        else:
+            partial = cuda.device_array((B, S, Q, Hq, D), np.float32, stream=strm)
+            lse = cuda.device_array((B, S, Q, Hq, 2), np.float32, stream=strm)
+        if oa is not None and oa.kind != A.KIND_NUMPY:
+            out_dev = oa.device()
+        elif workspace is not None and workspace.out_dtype == odt:
+            out_dev = workspace.out
+        else:
+            out_dev = cuda.device_array((B, Q, Hq, D), odt, stream=strm)
+    except Exception as exc:   # noqa: BLE001  (the driver or the simulator: out of memory)
+        nbytes = B * S * Q * Hq * (D + 2) * 4 + B * Q * Hq * D * np.dtype(odt).itemsize
+        raise ValueError(f"q, splits: the call's workspace needs {nbytes} bytes, which cannot "
+                         f"be allocated ({type(exc).__name__})") from None
     rows_dev = ra.device(strm) if ra is not None else cuda.to_device(np.zeros((1, 1), np.int32), stream=strm)
+    q_dev, bt_dev, sl_dev = qa.device(strm), bt.device(strm), sl.device(strm)
+    # the checks on values re-run on what the launches read: the caller's arrays for
+    # device inputs (bound zero-copy), the plan's own copies for numpy ones
+    bound = {nm: A.as_array_arg(dev, nm) for nm, dev in
+             (("q", q_dev), ("block_table", bt_dev), ("seq_lens", sl_dev), ("row_lengths", rows_dev))}
     return AttentionPlan(
         variant=var, q_shape=(B, Q, Hq, D), page_size=int(page_size), splits=S,
         use_rows=0 if ra is None else 1, qk_scale=qk_scale, v_scale=vs32,
-        q=qa.device(strm), k_cache=ka.device(strm), v_cache=va.device(strm),
-        block_table=bt.device(strm), seq_lens=sl.device(strm), row_lengths=rows_dev,
+        q=q_dev, k_cache=ka.device(strm), v_cache=va.device(strm),
+        block_table=bt_dev, seq_lens=sl_dev, row_lengths=rows_dev,
         decode_table=_device_decode_table(), partial=partial, lse=lse, out=out_dev,
         kind=qa.kind, stream=strm,
         out_host=oa.obj if oa is not None and oa.kind == A.KIND_NUMPY else None,
         workspace=workspace,
-        value_check=lambda: _check_values(qa, sl, ra, bt, int(page_size), int(num_pages)))
+        value_check=lambda: _check_values(bound["q"], bound["seq_lens"],
+                                          bound["row_lengths"] if ra is not None else None,
+                                          bound["block_table"], int(page_size), int(num_pages)))
 
 
 def verify_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale=1.0,
