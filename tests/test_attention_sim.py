@@ -50,6 +50,19 @@ def test_page_boundaries_and_padded_strides():
     check_against_oracle(r32.out, r16.out, _reference(c))
 
 
+def test_k_and_v_scales_reach_the_kernel():
+    """k_scale and v_scale that are neither 1 nor powers of two: the kernel's result is the
+    oracle's (qk_scale = f32(f32(scale) * f32(k_scale)), partial * f32(v_scale)), so a
+    kernel handed ``scale`` alone, or ignoring ``v_scale``, fails here."""
+    rng = np.random.default_rng(17)
+    c = case(rng, B=1, Q=3, Hq=2, Hkv=1, D=64, page_size=16, seq_lens=[70],
+             scale=0.2, k_scale=0.37, v_scale=1.3)
+    r32, r16 = _both(c, splits=3)
+    check_against_oracle(r32.out, r16.out, _reference(c))
+    for other in (dict(k_scale=1.0), dict(v_scale=1.0)):
+        assert oracle.rel_l2(r32.out, _reference(dict(c, **other))) > 1e-2, other
+
+
 def test_head_dims_128_and_256():
     for D in (128, 256):
         rng = np.random.default_rng(D)

@@ -23,14 +23,32 @@ VARIANTS = [v for v in _registry.variants("gdn") if v != "serial"]
 
 
 def scratch_arrays(plan):
-    """The FP32 device arrays a planned call keeps between calls (its scratch)."""
-    s = plan.scratch
-    if s is None:
-        return []
-    if hasattr(s, "copy_to_device"):
-        return [s]
-    return [a for a in vars(s).values()
-            if hasattr(a, "copy_to_device") and np.dtype(a.dtype) == np.float32]
+    """The FP32 device arrays a planned call keeps between calls (its scratch), found
+    anywhere under ``plan.scratch``: its attributes, nested namespaces (e.g. a segment
+    schedule's state rows), lists, tuples and dicts."""
+    found, seen = [], set()
+
+    def walk(x):
+        if x is None or id(x) in seen or isinstance(x, (str, bytes, int, float, np.generic)):
+            return
+        seen.add(id(x))
+        if hasattr(x, "copy_to_device"):
+            if np.dtype(x.dtype) == np.float32:
+                found.append(x)
+            return
+        if isinstance(x, dict):
+            items = x.values()
+        elif isinstance(x, (list, tuple)):
+            items = x
+        elif hasattr(x, "__dict__"):
+            items = vars(x).values()
+        else:
+            return
+        for item in items:
+            walk(item)
+
+    walk(plan.scratch)
+    return found
 
 
 def fill(arr, word):
@@ -73,6 +91,32 @@ def test_scratch_contents_do_not_reach_the_results(variant, fill_name):
                                           out_dtype="float32")
     assert got[0] == want[0], f"{variant}: output changed with a {fill_name}-filled scratch"
     assert got[1] == want[1], f"{variant}: final state changed with a {fill_name}-filled scratch"
+
+
+def test_scratch_walk_reaches_nested_state_rows():
+    """chunked_overlap and chunked_ahead keep their gathered initial-state rows in a nested
+    segment namespace (``scratch.seg.rows``); the fill must reach them."""
+    case = oracle.random_gdn_case(np.random.default_rng(22), B=1, T=70, H=1, HV=2, K=32,
+                                  V=32, dtype=np.float32, cu_seqlens=np.array([0, 5, 70]),
+                                  with_state=True)
+    for variant in ("chunked_overlap", "chunked_ahead"):
+        call = plan_gdn(**case, variant=variant, out_dtype="float32")
+        rows = call.plan.scratch.seg.rows
+        assert any(a is rows for a in scratch_arrays(call.plan)), variant
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_plan_launched_twice_gives_the_same_bytes(variant):
+    """A planned call replayed (as a CUDA graph replays it) reads only its inputs, never
+    what its previous launch left in its scratch, output or final state."""
+    case = oracle.random_gdn_case(np.random.default_rng(23), B=1, T=70, H=1, HV=2, K=32,
+                                  V=32, dtype=np.float32, cu_seqlens=np.array([0, 5, 70]),
+                                  with_state=True)
+    call = plan_gdn(**case, variant=variant, out_dtype="float32")
+    first = bytes_of(_launched(call))
+    second = bytes_of(_launched(call))
+    assert first[0] == second[0], f"{variant}: output differs on the second launch"
+    assert first[1] == second[1], f"{variant}: final state differs on the second launch"
 
 
 @pytest.mark.gpu

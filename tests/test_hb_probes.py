@@ -1,7 +1,8 @@
 """The tools that traced the H200-only ``hb`` mismatch (bench/hb_mismatch_probe.py,
-bench/hb_toolchain_probe.py): their kernel edits apply to today's kernel source and keep its
-bytes where they should, the PTX entry renaming that the cubin swap relies on, and the
-pattern summary."""
+bench/hb_toolchain_probe.py): their kernel edits apply to today's kernel source, the PTX
+entry renaming that the cubin swap relies on, and the pattern summary. What each edited form
+computes (its bytes) is the probe's own measurement on the GPU, at the production shape;
+these tests do not launch the forms."""
 import sys
 from pathlib import Path
 

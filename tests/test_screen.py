@@ -129,6 +129,63 @@ def test_screen_catches_wrong_variants(bad_variants, tmp_path, capsys):
     assert live and all(r["status"] == "FAIL" and r["bitwise"] is False for r in live), live
 
 
+def _frozen_then(change):
+    """frozen's run, then ``change`` applied to the host copy of its output."""
+    def run(plan, stream):
+        frozen.run(plan, stream)
+        cuda.synchronize()
+        out = plan.out.copy_to_host()
+        plan.out.copy_to_device(change(out))
+    return run
+
+
+def _off_by_1e4(out):
+    return (out.astype(np.float32) * np.float32(1 + 1e-4)).astype(out.dtype)
+
+
+def _dead_rows_negative_zero(out):
+    rows = out.reshape(-1, out.shape[-1])
+    dead = np.all(rows.view(np.uint16 if out.dtype == np.float16 else np.uint32) == 0, axis=1)
+    rows[dead] = -0.0
+    return out
+
+
+def test_screen_oracle_gate_catches_what_bytes_cannot():
+    """Variants with no bitwise reference are judged by the oracle checks alone: an output
+    1e-4 off (past the FP32 bound 1e-5) and dead rows written as -0.0 (which the oracle's
+    +0 rows equal in value) must each fail, with frozen beside them passing."""
+    from dflash2_numba.screen.attention import screen_case
+    from dflash2_numba.screen.cases import AttentionCaseSpec
+
+    split_spec, combine_spec = frozen.VARIANT.kernels
+    made = [_registry.register(_registry.Variant(
+        name=name, family="attention", description="deliberately inaccurate (test)",
+        contract="A", kernels=(split_spec, combine_spec), run=_frozen_then(change),
+        bitwise_reference=None))
+        for name, change in (("bad_accuracy", _off_by_1e4), ("bad_dead_rows", _dead_rows_negative_zero))]
+    try:
+        spec = AttentionCaseSpec("q2 T=40 states", B=1, Q=2, Hq=2, Hkv=1, D=64, page_size=16,
+                                 seq_lens=[40], splits=4, length_states=True, seed=9)
+        rows = screen_case(spec, ["frozen", "bad_accuracy", "bad_dead_rows"], timing=False)
+    finally:
+        for v in made:
+            _registry.unregister("attention", v.name)
+    by = {}
+    for r in rows:
+        by.setdefault(r.variant, {})[r.state] = r
+    assert all(r.status == "ok" for r in by["frozen"].values()), by["frozen"]
+    for state, r in by["bad_accuracy"].items():
+        if state == "all rows zero":          # +0 * (1 + 1e-4) is +0: nothing to see
+            continue
+        assert r.status == "FAIL" and r.bitwise is None, (state, r.__dict__)
+        assert any(m.startswith("FP32 rel L2") for m in r.problems), (state, r.problems)
+    dead_states = ("all rows zero", "last row zero", "first row zero")
+    for state, r in by["bad_dead_rows"].items():
+        assert (r.status == "FAIL") == (state in dead_states), (state, r.__dict__)
+        if state in dead_states:
+            assert "a row with no visible key is not +0" in r.problems, (state, r.problems)
+
+
 def test_screen_reports_unsupported_without_failing(tmp_path):
     def run(plan, stream):  # pragma: no cover - never reached
         raise AssertionError("launched")

@@ -89,6 +89,39 @@ def test_gdn_screen_catches_one_path_mutants(mutants):
         assert any("guard element around o" in m for m in r.problems)
 
 
+def _chunked_then_scaled(attr):
+    """chunked's run, then the FP32 buffer ``attr`` (output or final state) made 1e-4 off."""
+    def run(plan, stream):
+        chunked.run(plan, stream)
+        cuda.synchronize()
+        arr = getattr(plan, attr)
+        host = arr.copy_to_host()
+        arr.copy_to_device((host.astype(np.float32) * np.float32(1 + 1e-4)).astype(host.dtype))
+    return run
+
+
+def test_gdn_screen_oracle_gate_catches_what_bytes_cannot():
+    """Variants with no bitwise reference are judged by the oracle alone: an output or a
+    final state 1e-4 off (past the FP32 bound 1e-5) must fail by name, chunked passing."""
+    made = [_registry.register(_registry.Variant(
+        name=name, family="gdn", description="deliberately inaccurate (test)", contract="B",
+        kernels=chunked.VARIANT.kernels, run=_chunked_then_scaled(attr), bitwise_reference=None))
+        for name, attr in (("bad_output_accuracy", "o"), ("bad_state_accuracy", "hT"))]
+    try:
+        rows = {r.variant: r for r in screen_case(
+            SPEC, ["chunked", "bad_output_accuracy", "bad_state_accuracy"], timing=False)}
+    finally:
+        for v in made:
+            _registry.unregister("gdn", v.name)
+    assert rows["chunked"].status == "ok", rows["chunked"].__dict__
+    r = rows["bad_output_accuracy"]
+    assert r.status == "FAIL" and r.bitwise is None, r.__dict__
+    assert any(m.startswith("output rel L2") for m in r.problems), r.problems
+    r = rows["bad_state_accuracy"]
+    assert r.status == "FAIL" and r.bitwise is None, r.__dict__
+    assert any(m.startswith("final state rel L2") for m in r.problems), r.problems
+
+
 def test_guarded_output_sees_a_write_on_either_side():
     for where in (GUARD - 1, -GUARD):
         out = _guarded_output((1, 4, 2, 32), np.float32)

@@ -1,5 +1,7 @@
 """Chunked step 4 (``T = (I + A)^-1``) in each form of :data:`dflash2_numba.gdn._prep_smem.SOLVES`,
-run alone on the simulator for every chunk length L = 1 .. 64, against the contract's chain
+run alone on the simulator for chunk lengths L = 1 .. 17 and a spread up to 64 (23, 31, 33,
+36, 40, 47, 55, 57, 63, 64; every L would cost the simulator several minutes a form),
+against the contract's chain
 written out on the host: ``T_im = -A_im``, then ``T_im = fma(-A_ij, T_jm, T_im)`` for
 j = mm + 1 .. i - 1 ascending, correctly rounded FP32 fma (``fma32_exact``). Byte equality,
 so any reordering of a chain fails. Also: the forms touch nothing but T's entries (the

@@ -14,6 +14,9 @@ import numpy as np
 import oracle
 
 LENGTH_STATES = ("live", "all rows zero", "last row zero", "first row zero", "restored")
+# cache scales neither 1 nor a power of two (k_scale rounds qk_scale, v_scale the partials),
+# used by the padded/strided and batch cases so a kernel that drops either one fails
+CACHE_SCALES = dict(k_scale=0.37, v_scale=1.3)
 
 
 @dataclass
@@ -30,12 +33,15 @@ class AttentionCaseSpec:
     strided: bool = False
     length_states: bool = False
     seed: int = 0
+    k_scale: float = 1.0
+    v_scale: float = 1.0
 
     def build(self) -> Dict:
         rng = np.random.default_rng(self.seed)
         c = oracle.random_attention_case(rng, B=self.B, Q=self.Q, Hq=self.Hq, Hkv=self.Hkv,
                                          D=self.D, page_size=self.page_size,
-                                         seq_lens=self.seq_lens, strided=self.strided)
+                                         seq_lens=self.seq_lens, strided=self.strided,
+                                         k_scale=self.k_scale, v_scale=self.v_scale)
         return c
 
     @property
@@ -65,12 +71,13 @@ def attention_matrix(quick: bool, contexts: Optional[List[int]] = None) -> List[
         base = dict(Hq=2, Hkv=1, D=64, page_size=16)
         specs = [
             AttentionCaseSpec("q8 T=1", B=1, Q=8, seq_lens=[8], splits=4, seed=1, **base),
-            AttentionCaseSpec("q3 T=33 pad", B=1, Q=3, seq_lens=[33], splits=4, strided=True, seed=2, **base),
+            AttentionCaseSpec("q3 T=33 pad", B=1, Q=3, seq_lens=[33], splits=4, strided=True, seed=2,
+                              **base, **CACHE_SCALES),
             AttentionCaseSpec("q2 T=129 A<S", B=1, Q=2, seq_lens=[129], splits=4, seed=3, **base),
             AttentionCaseSpec("q4 T=200 A=S states", B=1, Q=4, seq_lens=[200], splits=4,
                               length_states=True, seed=4, **base),
             AttentionCaseSpec("q3 batch mixed G=2", B=2, Q=3, Hq=4, Hkv=2, D=64, page_size=16,
-                              seq_lens=[17, 140], splits=3, seed=5),
+                              seq_lens=[17, 140], splits=3, seed=5, **CACHE_SCALES),
         ]
         if contexts:
             specs = [AttentionCaseSpec(f"q2 T={T}", B=1, Q=2, seq_lens=[T], splits=4, seed=T, **base)
@@ -81,9 +88,10 @@ def attention_matrix(quick: bool, contexts: Optional[List[int]] = None) -> List[
     specs = []
     for i, T in enumerate(ctxs):
         page = (3296, 1648, 848)[i % 3]
+        scales = CACHE_SCALES if i % 2 == 1 else {}
         specs.append(AttentionCaseSpec(f"q8 T={T} page={page}", B=1, Q=8, page_size=page,
                                        seq_lens=[T], splits=80, strided=(i % 2 == 1),
-                                       length_states=True, seed=100 + i, **prod))
+                                       length_states=True, seed=100 + i, **prod, **scales))
     if not contexts:
         for Q in range(2, 8):
             specs.append(AttentionCaseSpec(f"q{Q} T={40000 + Q} page=3296", B=1, Q=Q,
@@ -91,7 +99,8 @@ def attention_matrix(quick: bool, contexts: Optional[List[int]] = None) -> List[
                                            length_states=(Q == 7), seed=200 + Q, **prod))
         specs.append(AttentionCaseSpec("q8 batch 129/3296/70001/262144 page=1648", B=4, Q=8,
                                        page_size=1648, seq_lens=[129, 3296, 70001, 262144],
-                                       splits=80, strided=True, length_states=True, seed=300, **prod))
+                                       splits=80, strided=True, length_states=True, seed=300,
+                                       **prod, **CACHE_SCALES))
     return specs
 
 
