@@ -29,7 +29,7 @@ import dflash2_numba  # noqa: F401  (numpy shim before numba)
 from numba import cuda
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+from dflash2_numba._compat import SIMULATOR  # noqa: E402  (the switch as numba read it)
 
 _T0 = time.perf_counter()
 

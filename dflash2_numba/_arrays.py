@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._compat import cuda
+from ._compat import SIMULATOR, cuda
 
 KIND_NUMPY = "numpy"
 KIND_DEVICE = "numba"
@@ -40,7 +40,8 @@ def _kind_of(x: Any) -> str:
     mod = type(x).__module__.split(".")[0]
     if isinstance(x, np.ndarray):
         return KIND_NUMPY
-    if cuda.is_cuda_array(x):
+    is_cuda_array = getattr(cuda, "is_cuda_array", None)   # (the simulator has none)
+    if is_cuda_array is not None and is_cuda_array(x):
         if mod == "torch":
             return KIND_TORCH
         if mod == "cupy":
@@ -98,6 +99,10 @@ def as_array_arg(x: Any, name: str) -> ArrayArg:
         return ArrayArg(name, x, KIND_DEVICE, tuple(int(s) for s in x.shape), np.dtype(x.dtype),
                         tuple(int(s) for s in x.strides))
     if hasattr(x, "__cuda_array_interface__"):
+        if SIMULATOR:
+            raise TypeError(
+                f"{name}: {type(x).__name__} is CUDA device memory (__cuda_array_interface__), "
+                f"which the CUDA simulator cannot reach; pass a numpy or numba device array")
         cai = x.__cuda_array_interface__
         dtype = np.dtype(cai["typestr"])
         shape = tuple(int(s) for s in cai["shape"])
@@ -113,6 +118,10 @@ def as_array_arg(x: Any, name: str) -> ArrayArg:
             arg = as_array_arg(a, name)
             return arg
         if int(dev_type) in (2, 13):  # kDLCUDA, kDLCUDAManaged
+            if SIMULATOR:
+                raise TypeError(
+                    f"{name}: {type(x).__name__} is CUDA device memory (DLPack), which the CUDA "
+                    f"simulator cannot reach; pass a numpy or numba device array")
             from cuda.core.utils import StridedMemoryView
 
             view = StridedMemoryView.from_dlpack(x, stream_ptr=-1)
@@ -185,6 +194,28 @@ def check_contiguous(a: ArrayArg) -> None:
         raise ValueError(f"{a.name}: expected a C-contiguous array, got strides {a.strides}")
 
 
+def is_read_only(a: ArrayArg) -> bool:
+    """Whether the owner of ``a``'s memory marked it read-only: a numpy array that is not
+    writeable, or a device array whose ``__cuda_array_interface__`` says ``data: (ptr, True)``
+    (an immutable buffer, a read-only DLPack export: :func:`as_array_arg` carries DLPack's
+    flag into the interface it builds)."""
+    if a.kind == KIND_NUMPY:
+        return not a.obj.flags.writeable
+    try:
+        cai = a.obj.__cuda_array_interface__
+    except AttributeError:          # the simulator's device arrays have no interface
+        return False
+    data = cai.get("data") if isinstance(cai, dict) else None
+    return bool(data is not None and len(data) > 1 and data[1])
+
+
+def check_writable(a: ArrayArg) -> None:
+    """``ValueError`` naming ``a`` when its memory is marked read-only (:func:`is_read_only`):
+    for every argument a kernel writes into (``out``, a state cache)."""
+    if is_read_only(a):
+        raise ValueError(f"{a.name}: the array is read-only")
+
+
 def check_writable_output(a: ArrayArg, shape: Sequence[int], dtype, layout: str) -> None:
     check_dtype(a, [dtype])
     if a.ndim != len(shape) or any(g < w for g, w in zip(a.shape, shape)):
@@ -192,8 +223,64 @@ def check_writable_output(a: ArrayArg, shape: Sequence[int], dtype, layout: str)
     if tuple(a.shape) != tuple(shape):
         raise ValueError(f"{a.name}: expected shape {layout} = {tuple(shape)}, got {a.shape}")
     check_contiguous(a)
-    if a.kind == KIND_NUMPY and not a.obj.flags.writeable:
-        raise ValueError(f"{a.name}: the array is read-only")
+    check_writable(a)
+
+
+# --- device memory ranges -----------------------------------------------------------
+
+def _device_interface(arr: Any) -> Optional[dict]:
+    """The array interface that describes ``arr``'s device memory, or None for host memory.
+    Under the simulator a numba device array wraps a host numpy array: its interface (whose
+    pointer is that host buffer's, shared by every view of one device allocation) stands for
+    the device memory."""
+    if isinstance(arr, ArrayArg):
+        if arr.kind == KIND_NUMPY:
+            return None
+        arr = arr.obj
+    if arr is None or isinstance(arr, np.ndarray):
+        return None
+    if getattr(arr, "__cuda_ndarray__", False) and not hasattr(arr, "__cuda_array_interface__"):
+        return arr.__array_interface__            # the simulator's FakeCUDAArray
+    cai = getattr(arr, "__cuda_array_interface__", None)
+    return cai if isinstance(cai, dict) else None
+
+
+def device_span(arr: Any) -> Optional[Tuple[int, int]]:
+    """The bytes ``[start, stop)`` of device memory that ``arr`` covers (a numba device array,
+    an object with ``__cuda_array_interface__``, or an :class:`ArrayArg` of either), from its
+    pointer, shape and strides (negative strides included); None for a host (numpy) array
+    and for an array with no elements."""
+    cai = _device_interface(arr)
+    if cai is None:
+        return None
+    shape = tuple(int(n) for n in cai["shape"])
+    if any(n == 0 for n in shape):
+        return None
+    itemsize = np.dtype(cai["typestr"]).itemsize
+    strides = cai.get("strides")
+    if strides is None:
+        strides = _contiguous_strides(shape, itemsize)
+    ptr = int(cai["data"][0])
+    lo = ptr + sum((n - 1) * int(st) for n, st in zip(shape, strides) if int(st) < 0)
+    hi = ptr + sum((n - 1) * int(st) for n, st in zip(shape, strides) if int(st) > 0) + itemsize
+    return lo, hi
+
+
+def check_disjoint(name: str, arr: Any, others: Iterable[Tuple[str, Any]]) -> None:
+    """``ValueError`` naming ``name`` and the other argument when the device bytes of ``arr``
+    (:func:`device_span`) intersect those of any ``(other_name, other_arr)`` in ``others``
+    (an output that aliases an input, or another output). Byte ranges are compared, so two
+    interleaved strided views of one buffer count as overlapping. Host arrays, empty arrays
+    and None never overlap."""
+    span = device_span(arr)
+    if span is None:
+        return
+    for other_name, other in others:
+        o = device_span(other)
+        if o is not None and span[0] < o[1] and o[0] < span[1]:
+            raise ValueError(
+                f"{name}: overlaps {other_name} in device memory (bytes [{span[0]:#x}, {span[1]:#x}) "
+                f"and [{o[0]:#x}, {o[1]:#x})); pass separate buffers")
 
 
 def check_finite_scalar(value, name: str, positive: bool = False) -> np.float32:
@@ -292,15 +379,39 @@ def result_like(kind: str, dev_array, stream=0):
     return dev_array
 
 
+def _simulator_stream_type():
+    from numba.cuda.simulator.api import stream as sim_stream
+
+    return sim_stream
+
+
 def resolve_stream(stream):
-    """numba stream, torch/cupy stream, raw handle (int) or None -> a numba stream (0 = default)."""
-    if stream is None or stream == 0:
+    """numba stream (the simulator's included), torch/cupy stream, an object with the CUDA
+    stream protocol (``__cuda_stream__() -> (version, handle)``, e.g. ``cuda.core.Stream``),
+    raw handle (int) or None -> a numba stream (0 = default). A bool is refused."""
+    if stream is None:
         return 0
+    if isinstance(stream, (bool, np.bool_)):
+        raise TypeError("stream: expected a numba, torch or cupy stream, an object with "
+                        "__cuda_stream__, an int handle or None, got bool")
+    if isinstance(stream, (int, float, np.integer, np.floating)) and stream == 0:
+        return 0
+    if SIMULATOR and isinstance(stream, _simulator_stream_type()):
+        return stream
     if hasattr(stream, "handle") and type(stream).__module__.startswith("numba"):
         return stream
+    if hasattr(stream, "__cuda_stream__"):
+        try:
+            version, handle = stream.__cuda_stream__()
+            handle = int(handle)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"stream: {type(stream).__name__}.__cuda_stream__() must return "
+                            f"(version, handle), failed with {e}") from None
+        return 0 if handle == 0 else cuda.external_stream(handle)
     for attr in ("cuda_stream", "ptr"):
         if hasattr(stream, attr):
             return cuda.external_stream(int(getattr(stream, attr)))
     if isinstance(stream, (int, np.integer)):
         return cuda.external_stream(int(stream))
-    raise TypeError(f"stream: expected a numba, torch or cupy stream or an int handle, got {type(stream).__name__}")
+    raise TypeError(f"stream: expected a numba, torch or cupy stream, an object with __cuda_stream__, "
+                    f"an int handle or None, got {type(stream).__name__}")

@@ -7,14 +7,37 @@ import os
 from typing import List, Sequence
 
 
+def _separators() -> tuple:
+    return tuple(sep for sep in (os.sep, os.altsep) if sep)
+
+
 def output_path(text: str) -> str:
-    """An output file: its folder must exist and be writable now, so that a long run is not
-    lost at its end to a path that cannot be written."""
-    if not text or os.path.isdir(text):
+    """An output file: its folder must exist and be writable now, and the path must name a
+    file (not end in a separator, not be a folder, not be an existing file that cannot be
+    written), so that a long run is not lost at its end to a path that cannot be written."""
+    if not text or text.endswith(_separators()) or os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"expected a file path, got {text!r}")
+    if os.path.exists(text) and not os.access(text, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: the file exists and is not writable")
     folder = os.path.dirname(os.path.abspath(text))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: no writable folder {folder!r}")
+    return text
+
+
+def output_folder(text: str) -> str:
+    """An output folder (``--dump``): not empty, not an existing file; made now (with its
+    parents) and writable, so that nothing is compiled before a bad folder is refused."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a folder path, got ''")
+    if os.path.lexists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"expected a folder, but {text!r} exists and is not one")
+    try:
+        os.makedirs(text, exist_ok=True)
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot make the folder {text!r}: {e.strerror or e}") from None
+    if not os.access(text, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write into the folder {text!r}")
     return text
 
 

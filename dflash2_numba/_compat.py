@@ -2,7 +2,11 @@
 FP32-exactness switches every kernel of this package is compiled and simulated with.
 
 1. numpy >= 2.5 removed ``np.row_stack``; numba-cuda 0.30.4 registers an overload
-   for it at import time and fails without it. We alias it to ``np.vstack``.
+   for it at import time and fails without it. We alias it to ``np.vstack``, and the
+   alias stays on numpy for the whole process: numba-cuda looks the name up again when
+   its typing registries are refreshed (at a first compile, at a later import), so
+   removing it after the import would break a later compilation. Code that tests
+   ``hasattr(np, "row_stack")`` after importing this package sees the alias.
 2. NVVM contracts ``a*b + c`` into one FMA by default (``-fma=1``). The contract
    lists every fused step explicitly (``cuda.fma``) and every other step as its
    own rounding, so our kernels are compiled with ``-fma=0``; explicit
@@ -26,7 +30,19 @@ if not hasattr(np, "row_stack"):  # numpy >= 2.5
 
 from numba import cuda  # noqa: E402  (after the shim on purpose)
 
-SIMULATOR = bool(int(os.environ.get("NUMBA_ENABLE_CUDASIM", "0") or 0))
+
+def _numba_simulator_switch() -> bool:
+    """``NUMBA_ENABLE_CUDASIM`` as numba-cuda itself read it when ``numba.cuda`` was imported
+    (``int()`` of the text; a value it cannot parse warns and counts as 0), so ``01`` turns
+    the simulator on and ``true`` leaves it off, here as in numba."""
+    try:
+        from numba.cuda.core import config as numba_config
+    except ImportError:  # pragma: no cover - numba-cuda without its own config module
+        from numba.core import config as numba_config
+    return bool(getattr(numba_config, "ENABLE_CUDASIM", 0))
+
+
+SIMULATOR = _numba_simulator_switch()
 
 _state = threading.local()
 
@@ -74,7 +90,9 @@ def fma32_exact(a, b, c):
     The float64 product of two float32 values is exact; the float64 sum is rounded
     once, and the final float32 rounding can then only go wrong when that sum lands
     exactly on a float32 midpoint (at most 25 significant bits), which we resolve
-    with the exact error term of the sum (TwoSum). Plain Python floats keep it fast.
+    with the exact error term of the sum (TwoSum). The overflow threshold is such a
+    midpoint too (2**128 - 2**103, between FLT_MAX and 2**128): a sum rounded onto it from
+    below gives FLT_MAX, not inf. Plain Python floats keep it fast.
     """
     p = float(a) * float(b)
     cf = float(c)
@@ -92,6 +110,13 @@ def fma32_exact(a, b, c):
     err = (p - (s - bb)) + (cf - bb)
     if err == 0.0:
         return f
+    if abs(r) == _INF:
+        # a finite s rounds to inf only from the overflow midpoint 2**128 - 2**103 up; above
+        # it the exact value is above too (rounding is monotonic) and inf is right; on it,
+        # the exact value lies below, and rounds to FLT_MAX, when the error points to zero
+        if abs(s) == _F32_OVERFLOW_MID and (err > 0) != (s > 0):
+            return _f32(math.copysign(_F32_MAX, s))
+        return f
     g = np.nextafter(f, np.float32(np.inf) if s > r else np.float32(-np.inf))
     mid = (r + float(g)) * 0.5
     if s == mid:  # a tie in float64 that the exact value breaks
@@ -102,6 +127,8 @@ def fma32_exact(a, b, c):
 _f32 = np.float32
 _INF = float("inf")
 _F32_MIN_NORMAL = 2.0 ** -125
+_F32_MAX = float(np.finfo(np.float32).max)          # 2**128 - 2**104
+_F32_OVERFLOW_MID = 2.0 ** 128 - 2.0 ** 103         # rounds to inf (ties to even)
 
 
 _install_nvvm_patch()

@@ -1,4 +1,5 @@
-"""Patches to numba's CUDA simulator, installed only when NUMBA_ENABLE_CUDASIM=1.
+"""Patches to numba's CUDA simulator, installed only when numba runs it (``_compat.SIMULATOR``:
+NUMBA_ENABLE_CUDASIM as numba reads it).
 
 1. ``cuda.fma`` becomes a correctly rounded FP32 fused multiply-add
    (:func:`._compat.fma32_exact`); the simulator's own is ``a*b + c``.

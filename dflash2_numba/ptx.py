@@ -2,12 +2,17 @@
 variant to PTX for the given compute capability and assemble it with ptxas.
 
 One row per (kernel, signature): registers, spill bytes (stores + loads), stack
-frame, shared memory, the number of FP64 instructions in the PTX, and the number of
-64-bit shifts left by 31 (``shl.b64 ..., 31``: how NVVM narrows a halved 64-bit value,
-e.g. from ``I32(V // 2)``; ptxas 12.9 and 13.0 lowered it wrongly in two builds of one
-kernel, bench/RESULTS.md, GDN eleventh round; spell such offsets in 32-bit arithmetic).
-Exits non-zero when a kernel fails to compile or assemble, spills, does FP64 work or holds
-such a shift.
+frame, shared memory, the number of FP64 instructions in the PTX, the number of times the
+PTX declares or addresses local memory (``.local``: a ``cuda.local.array`` indexed at run
+time lands there, with a stack frame, without spilling), and the number of 64-bit shifts
+left by 31 (``shl.b64 ..., 31``: how NVVM narrows a halved 64-bit value, e.g. from
+``I32(V // 2)``; ptxas 12.9 and 13.0 lowered it wrongly in two builds of one kernel,
+bench/RESULTS.md, GDN eleventh round; spell such offsets in 32-bit arithmetic).
+Registers and shared memory are the kernel entry's; stack frame and spills are summed over
+every function ptxas reports for the PTX (the entry and any function it kept out of line).
+Exits non-zero when a kernel fails to compile or assemble, spills, uses local memory (a
+stack frame or ``.local`` in its PTX: status ``LOCAL``), does FP64 work or holds such a
+shift.
 
 Needs a CUDA 12 toolchain that can still target sm_70 (the ``cuda12`` extra:
 ``numba-cuda[cu12]`` brings libNVVM 12.9 and ptxas); no GPU is needed. Under the
@@ -26,13 +31,19 @@ import tempfile
 from dataclasses import asdict, dataclass
 from typing import List, Optional
 
-from ._cli import compute_capability, output_path
+from ._cli import compute_capability, output_folder, output_path
 
 FP64_RE = re.compile(r"^\s*(?:@%p\d+\s+)?[a-z]+(?:\.[a-z0-9]+)*\.f64\b", re.M)
 REG_RE = re.compile(r"Used (\d+) registers")
+ENTRY_RE = re.compile(r"Compiling entry function '([^']+)'")
+FUNC_RE = re.compile(r"Function properties for (\S+)")
 SPILL_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 SMEM_RE = re.compile(r"(\d+) bytes smem")
 SHL31_RE = re.compile(r"^\s*(?:@%p\d+\s+)?shl\.b64\s+%rd\d+,\s*%rd\d+,\s*31;", re.M)
+# a line that declares (``.local .align 4 .b8 __local_depot0[256];``) or addresses
+# (``ld.local``, ``st.local``, ``cvta.local``, ...) the local state space
+LOCAL_RE = re.compile(r"(?:^|[\s.])local\b(?=[\s.])", re.M)
+COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 
 @dataclass
@@ -48,12 +59,39 @@ class KernelReport:
     shared_bytes: Optional[int] = None
     fp64_instructions: Optional[int] = None
     shl64_by31: Optional[int] = None
+    local_refs: Optional[int] = None   # declarations and accesses of .local in the PTX
     error: str = ""
+
+    @property
+    def spills(self) -> bool:
+        return bool(self.spill_store_bytes or self.spill_load_bytes)
+
+    @property
+    def uses_local(self) -> bool:
+        """A stack frame (ptxas) or ``.local`` in the PTX: the kernel uses local memory."""
+        return bool(self.stack_bytes or self.local_refs)
 
     @property
     def ok(self) -> bool:
         return (not self.error and self.fp64_instructions == 0 and not self.shl64_by31
-                and self.spill_store_bytes == 0 and self.spill_load_bytes == 0)
+                and self.spill_store_bytes == 0 and self.spill_load_bytes == 0
+                and self.stack_bytes == 0 and self.local_refs == 0)
+
+    @property
+    def status(self) -> str:
+        if self.ok:
+            return "ok"
+        if self.error:
+            return self.error
+        if self.fp64_instructions:
+            return "FP64"
+        if self.shl64_by31:
+            return "SHL64_BY31"
+        if self.spills:
+            return "SPILLS"
+        if self.uses_local:
+            return "LOCAL"
+        return "INCOMPLETE"   # a figure ptxas did not report
 
 
 def find_ptxas() -> Optional[str]:
@@ -92,7 +130,59 @@ def count_shl64_by31(ptx: str) -> int:
     return len(SHL31_RE.findall(ptx))
 
 
+def count_local(ptx: str) -> int:
+    """How often ``ptx`` (comments aside) declares or addresses local memory (``.local``:
+    a declaration, ``ld.local``, ``st.local``, ``cvta.local``, ...)."""
+    return len(LOCAL_RE.findall(COMMENT_RE.sub("", ptx)))
+
+
+def parse_ptxas_log(log: str) -> dict:
+    """The figures of ``ptxas -v``'s log: ``registers`` and ``shared_bytes`` of the kernel
+    entry (the first one compiled), ``stack_bytes`` / ``spill_store_bytes`` /
+    ``spill_load_bytes`` summed over every "Function properties" block (the entry's and
+    those of functions kept out of line, in whatever order ptxas prints them), and
+    ``functions``: the names of those blocks in order."""
+    entry = None
+    current = None
+    props = []                 # (function name, (stack, spill stores, spill loads))
+    usage = {}                 # entry name -> its "Used N registers, ..." line
+    for line in log.splitlines():
+        m = ENTRY_RE.search(line)
+        if m:
+            if entry is None:
+                entry = m.group(1)
+            current = m.group(1)
+            continue
+        m = FUNC_RE.search(line)
+        if m:
+            current = m.group(1)
+            continue
+        m = SPILL_RE.search(line)
+        if m and current is not None:
+            props.append((current, tuple(map(int, m.groups()))))
+            continue
+        if REG_RE.search(line) and current is not None and current not in usage:
+            usage[current] = line
+    used = usage.get(entry) if entry is not None else None
+    if used is None and usage:
+        used = next(iter(usage.values()))
+    if used is None:                 # a log without the function blocks: read it whole
+        used = log
+    res = {}
+    m = REG_RE.search(used)
+    res["registers"] = int(m.group(1)) if m else None
+    if props:
+        res["stack_bytes"] = sum(p[1][0] for p in props)
+        res["spill_store_bytes"] = sum(p[1][1] for p in props)
+        res["spill_load_bytes"] = sum(p[1][2] for p in props)
+    m = SMEM_RE.search(used)
+    res["shared_bytes"] = int(m.group(1)) if m else 0
+    res["functions"] = [p[0] for p in props]
+    return res
+
+
 def assemble(ptxas: str, ptx: str, cc) -> dict:
+    """Assemble ``ptx`` for ``cc`` with ``ptxas -v``; its figures (:func:`parse_ptxas_log`)."""
     arch = f"sm_{cc[0]}{cc[1]}"
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "k.ptx")
@@ -103,15 +193,7 @@ def assemble(ptxas: str, ptx: str, cc) -> dict:
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
         raise RuntimeError(f"ptxas failed: {log.strip()[-400:]}")
-    res = {}
-    m = REG_RE.search(log)
-    res["registers"] = int(m.group(1)) if m else None
-    m = SPILL_RE.search(log)
-    if m:
-        res["stack_bytes"], res["spill_store_bytes"], res["spill_load_bytes"] = map(int, m.groups())
-    m = SMEM_RE.search(log)
-    res["shared_bytes"] = int(m.group(1)) if m else 0
-    return res
+    return parse_ptxas_log(log)
 
 
 _SHORT = {"float16": "f16", "float32": "f32", "float64": "f64", "uint8": "u8", "int32": "i32",
@@ -129,13 +211,17 @@ def _sig_text(sig) -> str:
     return " ".join(parts)
 
 
-def kernels_not_for(cc, family: Optional[str] = None) -> List[str]:
-    """Names of the registered kernels no variant launches at compute capability ``cc``."""
+def kernels_not_for(cc, family: Optional[str] = None, variant: Optional[str] = None) -> List[str]:
+    """Names of the registered kernels (of ``family`` / ``variant`` when given) that none of
+    those variants launches at compute capability ``cc``; each name once, in registration
+    order."""
     import dflash2_numba  # noqa: F401  (registers every variant)
     from dflash2_numba._registry import all_kernel_specs
 
-    return [spec.name for fam, _, spec in all_kernel_specs()
-            if (not family or fam == family) and not _launched_at(spec, cc)]
+    chosen = [spec for fam, vname, spec in all_kernel_specs()
+              if (not family or fam == family) and (not variant or vname == variant)]
+    launched = {spec.name for spec in chosen if _launched_at(spec, cc)}
+    return list(dict.fromkeys(spec.name for spec in chosen if spec.name not in launched))
 
 
 def _launched_at(spec, cc) -> bool:
@@ -164,6 +250,7 @@ def build_reports(cc=(7, 0), family: Optional[str] = None, variant: Optional[str
                                         launch_bounds=getattr(spec, "launch_bounds", None))
                 r.fp64_instructions = count_fp64(ptx)
                 r.shl64_by31 = count_shl64_by31(ptx)
+                r.local_refs = count_local(ptx)
                 if dump:
                     os.makedirs(dump, exist_ok=True)
                     name = f"{vname}.{spec.name}.{i}.sm{cc[0]}{cc[1]}.ptx"
@@ -173,7 +260,8 @@ def build_reports(cc=(7, 0), family: Optional[str] = None, variant: Optional[str
                     r.error = "no ptxas that targets sm_70 (install the cuda12 extra)"
                 else:
                     for k, v in assemble(ptxas, ptx, cc).items():
-                        setattr(r, k, v)
+                        if k in KernelReport.__dataclass_fields__:
+                            setattr(r, k, v)
             except Exception as e:  # report and go on: one row per kernel
                 r.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
             reports.append(r)
@@ -181,16 +269,16 @@ def build_reports(cc=(7, 0), family: Optional[str] = None, variant: Optional[str
 
 
 def format_table(reports: List[KernelReport]) -> str:
-    head = f"{'variant':<22} {'kernel':<34} {'regs':>4} {'spill':>5} {'stack':>5} {'smem':>6} {'fp64':>4}  status"
+    head = (f"{'variant':<22} {'kernel':<34} {'regs':>4} {'spill':>5} {'stack':>5} {'local':>5} "
+            f"{'smem':>6} {'fp64':>4}  status")
     lines = [head, "-" * len(head)]
     for r in reports:
         spill = (r.spill_store_bytes or 0) + (r.spill_load_bytes or 0)
-        status = "ok" if r.ok else (r.error or ("FP64" if r.fp64_instructions else
-                                                ("SHL64_BY31" if r.shl64_by31 else "SPILLS")))
         fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
         lines.append(f"{r.family + '/' + r.variant:<22} {r.kernel:<34} {fmt(r.registers):>4} "
                      f"{spill if r.registers is not None else '-':>5} {fmt(r.stack_bytes):>5} "
-                     f"{fmt(r.shared_bytes):>6} {fmt(r.fp64_instructions):>4}  {status}")
+                     f"{fmt(r.local_refs):>5} {fmt(r.shared_bytes):>6} {fmt(r.fp64_instructions):>4}  "
+                     f"{r.status}")
         lines.append(f"{'':<22}   ({r.signature})")
     return "\n".join(lines)
 
@@ -202,13 +290,17 @@ def main(argv=None) -> int:
                     help="compute capability, e.g. 7.0")
     ap.add_argument("--family", choices=["attention", "gdn"], default=None)
     ap.add_argument("--variant", default=None, help="only this variant's kernels")
-    ap.add_argument("--dump", default=None, help="also write each kernel's PTX into this folder")
+    ap.add_argument("--dump", default=None, type=output_folder,
+                    help="also write each kernel's PTX into this folder (made now if missing)")
     ap.add_argument("--json", default=None, type=output_path, help="write the rows as JSON here")
-    args = ap.parse_args(argv)
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
+    arg_list = sys.argv[1:] if argv is None else list(argv)
+    args = ap.parse_args(arg_list)
+    from ._compat import SIMULATOR   # numba's own reading of NUMBA_ENABLE_CUDASIM
+
+    if SIMULATOR:
         env = dict(os.environ)
-        env.pop("NUMBA_ENABLE_CUDASIM")
-        return subprocess.call([sys.executable, "-m", "dflash2_numba.ptx", *(argv or sys.argv[1:])], env=env)
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
+        return subprocess.call([sys.executable, "-m", "dflash2_numba.ptx", *arg_list], env=env)
     major, minor = args.cc
     if args.variant is not None:
         import dflash2_numba  # noqa: F401  (registers every variant)
@@ -223,14 +315,14 @@ def main(argv=None) -> int:
     reports = build_reports((major, minor), args.family, args.variant, args.dump)
     print(format_table(reports))
     bad = [r for r in reports if not r.ok]
-    others = kernels_not_for((major, minor), args.family)
+    others = kernels_not_for((major, minor), args.family, args.variant)
     if others:
         print(f"\nnot launched at sm_{major}{minor} (another schedule of the same arithmetic is): "
               + ", ".join(others))
     print(f"\n{len(reports)} kernel signatures at sm_{major}{minor}: {len(reports) - len(bad)} ok, {len(bad)} failing")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([dict(asdict(r), ok=r.ok) for r in reports], f, indent=1)
+            json.dump([dict(asdict(r), ok=r.ok, status=r.status) for r in reports], f, indent=1)
     if not reports:
         print("no kernels registered")
         return 1

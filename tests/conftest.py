@@ -13,9 +13,10 @@ import pytest  # noqa: E402
 
 
 def _on_gpu() -> bool:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
+    from dflash2_numba._compat import SIMULATOR, gpu_available
+
+    if SIMULATOR:
         return False
-    from dflash2_numba._compat import gpu_available
 
     return gpu_available()
 

@@ -211,6 +211,31 @@ def test_check_inputs_rechecks_values_changed_in_place(good):
         plan.check_inputs()
 
 
+def test_device_out_sharing_memory_with_an_input_or_the_records_is_refused(good):
+    """A device ``out`` that shares device memory with ``q`` or with the workspace's split
+    records is refused naming both, before any launch; the workspace's own ``out`` and a
+    separate buffer are taken."""
+    from dflash2_numba._compat import cuda
+
+    dev = _device(good)
+    ws = d2.AttentionWorkspace(batch=2, q_len=2, heads=2, head_dim=64, splits=4,
+                               out_dtype="float32")
+    ws.fill_sentinel()
+    d2.route_counters(reset=True)
+    q_before = dev["q"].copy_to_host()
+    with pytest.raises(ValueError, match=r"^out: overlaps q in device memory"):
+        d2.plan_attention(**dev, splits=4, out=dev["q"])
+    with pytest.raises(ValueError, match=r"^out: overlaps workspace.partial in device memory"):
+        d2.plan_attention(**dev, splits=4, out=ws.partial.reshape(-1)[:2 * 2 * 2 * 64].reshape(
+            2, 2, 2, 64), workspace=ws, out_dtype="float32")
+    assert d2.route_counters() == {} and ws.guards_intact()
+    assert dev["q"].copy_to_host().tobytes() == q_before.tobytes()
+    want = d2.verify_attention(**good, splits=4, out_dtype="float32").out
+    for out in (ws.out, cuda.device_array(want.shape, np.float32)):
+        r = d2.verify_attention(**dev, splits=4, out=out, workspace=ws, out_dtype="float32")
+        assert r.out is out and r.out.copy_to_host().tobytes() == want.tobytes()
+
+
 def test_numpy_inputs_are_bound_by_value(good):
     """numpy inputs are copied to the device at plan time: changing the caller's arrays
     afterwards changes neither the launches' result nor what ``check_inputs`` checks."""

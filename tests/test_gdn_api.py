@@ -224,3 +224,32 @@ def test_read_only_out_rejected():
     out.setflags(write=False)
     with pytest.raises(ValueError, match=r"^out: the array is read-only"):
         gdn_prefill(**case, out=out)
+
+
+def test_device_out_or_cache_sharing_memory_with_an_input_is_refused():
+    """A device ``out`` (or ``state_cache``) that shares device memory with an input would be
+    read after another CTA wrote it; it is refused naming both, before any launch, and
+    nothing is written. Separate buffers of the same shapes are taken."""
+    from dflash2_numba._compat import cuda
+
+    case = base_case(T=6, H=2, HV=2, dtype=np.float32)       # q, k, v and o all [1, 6, 2, 32]
+    dev = {k: cuda.to_device(v) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+    for name in ("q", "k", "v"):
+        before = dev[name].copy_to_host()
+        with pytest.raises(ValueError, match=rf"^out: overlaps {name} in device memory"):
+            gdn_prefill(**dev, out=dev[name], out_dtype="float32")
+        assert before.tobytes() == dev[name].copy_to_host().tobytes()
+    # a cache whose first slot is the same memory as the output
+    both = cuda.to_device(np.full((2, 6, 2, 32, 32), SENT, np.float32))
+    out_view = both.reshape(-1)[: 6 * 2 * 32].reshape(1, 6, 2, 32)
+    cache = both[1:].reshape(6, 2, 32, 32)
+    inter = both.reshape(-1)[:2 * 32 * 32 * 2].reshape(2, 2, 32, 32)     # overlaps out_view
+    kw = dict(cu_seqlens=np.array([0, 6], np.int32), state_indices=np.array([0], np.int32))
+    one = {k: v for k, v in dev.items() if k != "initial_state"}
+    with pytest.raises(ValueError, match=r"^out: overlaps state_cache in device memory"):
+        gdn_prefill(**one, out=out_view, out_dtype="float32", state_cache=inter, **kw)
+    with pytest.raises(ValueError, match=r"^state_cache: overlaps q in device memory"):
+        gdn_prefill(**dict(one, q=both.reshape(-1)[: 6 * 2 * 32].reshape(1, 6, 2, 32)),
+                    state_cache=inter, **kw)
+    o, _ = gdn_prefill(**one, out=out_view, out_dtype="float32", state_cache=cache, **kw)
+    assert o is out_view

@@ -180,11 +180,11 @@ def test_empty_sequences_only():
 
 
 def test_device_arrays_and_stream():
-    """Device inputs come back as device arrays; an explicit stream gives the same bits
-    (on a GPU: ``_arrays.resolve_stream`` does not take the simulator's fake streams)."""
+    """Device inputs come back as device arrays; an explicit stream (the simulator's own
+    on the simulator) gives the same bits."""
     case = make_case(23, T=9, HV=2, dtype=np.float16)
     o_np, s_np = gdn_prefill(**case)
-    stream = None if SIMULATOR else cuda.stream()
+    stream = cuda.stream()
     dev = {n: cuda.to_device(a) for n, a in case.items()}
     o_d, s_d = gdn_prefill(**dev, stream=stream)
     cuda.synchronize()

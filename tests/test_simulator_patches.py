@@ -1,18 +1,19 @@
 """The package's patches to numba's CUDA simulator (``dflash2_numba._simulator``): every
 thread of a block works on one shared array, even when two threads reach its allocation at
-the same time."""
+the same time; ``cuda.fma`` is a correctly rounded FP32 fused multiply-add
+(``_compat.fma32_exact``), at the overflow boundary too."""
 from __future__ import annotations
 
-import os
+import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 import dflash2_numba  # noqa: F401  (installs the patches on the simulator)
-from dflash2_numba._compat import cuda
+from dflash2_numba._compat import SIMULATOR, cuda, fma32_exact
 
-pytestmark = pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1",
-                                reason="simulator patches")
+simulator_only = pytest.mark.skipif(not SIMULATOR, reason="simulator patches")
 
 
 class _RaceWindow(dict):
@@ -27,6 +28,7 @@ def _allocate_here(shared):
     return shared.array(8, np.float32)
 
 
+@simulator_only
 def test_shared_array_from_one_line_is_one_array_inside_the_race_window():
     """A thread that found no array (another block thread stored one meanwhile) must get the
     stored array, not make its own: its writes would be lost to the others."""
@@ -50,7 +52,136 @@ def _sum_kernel(out):
         out[cuda.blockIdx.x] = acc
 
 
+@simulator_only
 def test_every_thread_of_every_block_writes_the_same_shared_array():
     out = np.zeros(8, np.float32)
     cuda.jit(_sum_kernel)[8, 64](out)
     assert (out == np.float32(64 * 63 // 2)).all()
+
+
+# --- cuda.fma on the simulator: correctly rounded, overflow boundary included ------------
+
+_FLT_MAX = Fraction(2) ** 128 - Fraction(2) ** 104
+
+
+def _round_f32(x: Fraction) -> np.float32:
+    """``x`` rounded to the nearest float32, ties to even, past the largest finite value to
+    inf (IEEE 754 round-to-nearest-even, written out on exact rationals)."""
+    if x == 0:
+        return np.float32(0.0)
+    sign = -1 if x < 0 else 1
+    ax = abs(x)
+    e = ax.numerator.bit_length() - ax.denominator.bit_length()   # 2**e <= ax < 2**(e+1)
+    if Fraction(2) ** e > ax:
+        e -= 1
+    elif Fraction(2) ** (e + 1) <= ax:
+        e += 1
+    ulp = Fraction(2) ** (max(e, -126) - 23)             # subnormals share 2**-149
+    q = ax / ulp
+    n = q.numerator // q.denominator
+    rest = q - n
+    if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and n % 2 == 1):
+        n += 1
+    v = n * ulp
+    if v > _FLT_MAX:                                     # rounded past FLT_MAX: overflow
+        return np.float32(sign * np.inf)
+    return np.float32(sign * float(v))                   # v has <= 24 bits: exact in float32
+
+
+def _exact_fma(a, b, c) -> np.float32:
+    return _round_f32(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
+
+
+def _same(got, want) -> bool:
+    return got.dtype == np.float32 and (got == want and np.signbit(got) == np.signbit(want))
+
+
+def test_reference_rounding_on_known_values():
+    """The hand-written reference itself: the overflow threshold and a few exact cases."""
+    mid = Fraction(2) ** 128 - Fraction(2) ** 103
+    assert _round_f32(mid) == np.float32(np.inf)                          # a tie: to even (inf)
+    assert _round_f32(mid - Fraction(1, 2 ** 149)) == np.finfo(np.float32).max
+    assert _round_f32(Fraction(1) + Fraction(1, 2 ** 24)) == np.float32(1.0)   # tie to even
+    assert _round_f32(Fraction(1) + Fraction(3, 2 ** 24)) == np.float32(1.0) + np.float32(2.0 ** -22)
+    assert _round_f32(Fraction(1, 2 ** 150)) == np.float32(0.0)           # tie to even (0)
+    assert _round_f32(Fraction(3, 2 ** 151)) == np.float32(2.0 ** -149)
+
+
+def test_fma_just_below_the_overflow_midpoint_gives_flt_max():
+    """a*b is exactly 2**128 - 2**103 (the midpoint between FLT_MAX and 2**128), c = -1: the
+    exact result is below the midpoint and rounds to FLT_MAX; the float64 sum rounds onto
+    the midpoint, whose float32 rounding is inf."""
+    a, b = np.float32(18631 * 2.0 ** 51), np.float32(1801 * 2.0 ** 52)
+    assert Fraction(float(a)) * Fraction(float(b)) == Fraction(2) ** 128 - Fraction(2) ** 103
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)     # float32 overflow in a cast
+        for sa, sc in ((1, -1), (-1, 1)):                   # and the mirror image
+            got = fma32_exact(np.float32(sa) * a, b, np.float32(sc))
+            want = _exact_fma(np.float32(sa) * a, b, np.float32(sc))
+            assert want == np.float32(sa) * np.finfo(np.float32).max
+            assert _same(got, want), (sa, got, want)
+
+
+def _near_overflow_cases():
+    """(a, b, c) whose product is an odd multiple of 2**103 between 2**127 and 2**128 (a
+    float32 midpoint, the overflow midpoint among them) and whose c nudges the sum off it by
+    less than float64 can hold, or lands on it exactly."""
+    cs = [0.0, 1.0, -1.0, 2.0 ** -149, -(2.0 ** -149), 2.0 ** 40, -(2.0 ** 40), 2.0 ** 102,
+          -(2.0 ** 102), 2.0 ** 103, -(2.0 ** 103)]
+    cases = []
+    for m in range(2 ** 25 - 1, 2 ** 25 - 41, -2):          # odd: float32 midpoints near 2**128
+        f = next((d for d in range(3, 4096, 2) if m % d == 0 and m // d < 2 ** 24), None)
+        if f is None:
+            continue                                         # not a product of two float32s
+        a, b = np.float32(f * 2.0 ** 51), np.float32((m // f) * 2.0 ** 52)
+        assert Fraction(float(a)) * Fraction(float(b)) == m * Fraction(2) ** 103
+        for c in cs:
+            for sign in (1, -1):
+                cases.append((np.float32(sign) * a, b, np.float32(c)))
+    return cases
+
+
+def test_fma_near_overflow_ties_match_the_exact_rounding():
+    cases = _near_overflow_cases()
+    assert len(cases) > 100
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        bad = [(a, b, c, fma32_exact(a, b, c), _exact_fma(a, b, c)) for a, b, c in cases
+               if not _same(fma32_exact(a, b, c), _exact_fma(a, b, c))]
+    assert not bad, bad[:5]
+    outcomes = {str(_exact_fma(a, b, c)) for a, b, c in cases}
+    assert {"inf", "-inf", str(np.finfo(np.float32).max)} <= outcomes    # both sides reached
+
+
+def test_fma_stays_correctly_rounded_elsewhere():
+    rng = np.random.default_rng(7)
+    cases = []
+    for _ in range(1500):                      # ordinary magnitudes, cancellation included
+        a, b, c = (rng.standard_normal(3) * 2.0 ** rng.integers(-40, 40, 3)).astype(np.float32)
+        cases.append((a, b, c))
+        cases.append((a, b, np.float32(-(np.float64(a) * np.float64(b)))))
+    for _ in range(500):                       # the subnormal range
+        a = np.float32(rng.integers(1, 2 ** 24) * 2.0 ** (int(rng.integers(-100, -60)) - 23))
+        b = np.float32(rng.integers(1, 2 ** 24) * 2.0 ** (int(rng.integers(-100, -60)) - 23))
+        c = np.float32(rng.choice([-1, 1]) * rng.integers(0, 2 ** 24) * 2.0 ** -149)
+        cases.append((a, b, c))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        bad = [(a, b, c) for a, b, c in cases if not _same(fma32_exact(a, b, c), _exact_fma(a, b, c))]
+    assert not bad, bad[:5]
+
+
+def _fma_kernel(a, b, c, out):
+    out[0] = cuda.fma(a[0], b[0], c[0])
+
+
+@simulator_only
+def test_simulated_cuda_fma_at_the_overflow_midpoint():
+    a = np.array([18631 * 2.0 ** 51], np.float32)
+    b = np.array([1801 * 2.0 ** 52], np.float32)
+    c = np.array([-1.0], np.float32)
+    out = np.zeros(1, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        cuda.jit(_fma_kernel)[1, 1](a, b, c, out)
+    assert out[0] == np.finfo(np.float32).max

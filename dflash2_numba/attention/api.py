@@ -238,6 +238,12 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
     if out is not None:
         oa = A.as_array_arg(out, "out")
         A.check_writable_output(oa, (B, Q, Hq, D), odt, "[B, Q, Hq, D]")
+        # the combine writes out while the split records are read: no shared device memory
+        # with an input or the workspace's records (the workspace's own out is its slot)
+        others = [(a.name, a) for a in (qa, ka, va, bt, sl, ra) if a is not None]
+        if workspace is not None:
+            others += [("workspace.partial", workspace.partial), ("workspace.lse", workspace.lse)]
+        A.check_disjoint("out", oa, others)
 
     try:
         var.supports(dict(B=B, Q=Q, Hq=Hq, Hkv=Hkv, D=D, page_size=page_size, splits=S))

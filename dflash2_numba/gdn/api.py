@@ -27,10 +27,10 @@ from typing import Optional
 import numpy as np
 
 from .. import _registry
-from .._arrays import (KIND_NUMPY, ArrayArg, as_array_arg, check_all_finite, check_contiguous, check_dtype,
-                       check_finite_scalar, check_int_range, check_ndim, check_nonnegative_strides,
-                       check_shape, check_writable_output, first_offender, is_c_contiguous, parse_dtype,
-                       resolve_stream, result_like)
+from .._arrays import (KIND_NUMPY, ArrayArg, as_array_arg, check_all_finite, check_contiguous,
+                       check_disjoint, check_dtype, check_finite_scalar, check_int_range, check_ndim,
+                       check_nonnegative_strides, check_shape, check_writable, check_writable_output,
+                       first_offender, is_c_contiguous, parse_dtype, resolve_stream, result_like)
 from .._compat import cuda
 from ..contract import GDN_DIMS
 from ._common import VB, GdnPlan
@@ -198,7 +198,8 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         out_dtype: ``None`` (v's dtype) or ``"float32"`` (the FP32 result before the cast).
         out: a caller-owned output ``[B, T, HV, V]`` of that dtype (C-contiguous, writable;
         numpy or device): the kernels write it (a numpy one is filled by ``results``), and
-        it is the first result.
+        it is the first result. A device ``out`` or ``state_cache`` must not share device
+        memory with any input or with each other (``ValueError`` naming both).
         check_values: check g (finite, <= 0) and beta (finite) on the host first.
         stream: numba / torch / cupy stream or raw handle (default stream if None).
 
@@ -281,8 +282,7 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         check_dtype(sca, [np.float32])
         check_shape(sca, (None, HV, K, V), "[slots, HV, K, V]")
         check_contiguous(sca)
-        if sca.kind == KIND_NUMPY and not sca.obj.flags.writeable:
-            raise ValueError("state_cache: the array is read-only")
+        check_writable(sca)
         sia = as_array_arg(state_indices, "state_indices")
         check_dtype(sia, [np.int32])
         check_shape(sia, (N,), "[N]")
@@ -309,6 +309,13 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
     if out is not None:
         oa = as_array_arg(out, "out")
         check_writable_output(oa, (B, T, HV, V), odt, "[B, T, HV, V]")
+    # what the kernels write must not share device memory with what they read (a CTA would
+    # read what another one already wrote) or with each other
+    reads = [(a.name, a) for a in (qa, ka, va, ga, ba, isa, cua, sia) if a is not None]
+    if oa is not None:
+        check_disjoint("out", oa, reads + ([("state_cache", sca)] if sca is not None else []))
+    if sca is not None:
+        check_disjoint("state_cache", sca, reads)
 
     plan_probe = GdnPlan(None, None, None, None, None, None, None, None, None, None, None, None,
                          N * HV * (V // VB), scale32, np.int32(l2), B, T, H, HV, K, V, N,

@@ -55,8 +55,9 @@ def _select(names_all, wanted: List[str], registry) -> List[str]:
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parse(argv)
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1":
-        from .._compat import gpu_available
+    from .._compat import SIMULATOR, gpu_available
+
+    if not SIMULATOR:
 
         if not gpu_available():
             print("dflash2-screen: no CUDA GPU found: re-running on numba's CUDA simulator "
