@@ -1,4 +1,5 @@
-"""Device helpers for the register-tiled attention variant (``tiled.py``).
+"""Device helpers for the register-tiled attention variants (``tiled``, ``tiled_compact``,
+``tiled_wide``; ``tiled_perm`` through ``tiled_compact``).
 
 On a GPU each is a numba intrinsic emitting a handful of LLVM operations:
   * ``ld1(a, i)`` / ``st1(a, i, x)``: one float32 element of a 1-D C-contiguous (shared)

@@ -1,5 +1,6 @@
-"""Kernel-source pieces shared by the register-tiled attention generators (``tiled.py`` and
-``tiled_compact.py``): the phases both split kernels run with the same statements (kernel
+"""Kernel-source pieces shared by the register-tiled attention generators (``tiled.py``,
+``tiled_compact.py`` and ``tiled_wide.py``; ``combine_batched.py`` takes :class:`Source` and
+``exec_source``): the phases the split kernels run with the same statements (kernel
 head and thread roles, q staging and row lengths, the Kahan step, the tile max, the (m, l)
 update, the split's record), emitted into a :class:`Source`. Each generator passes its own
 shared-memory layout ``L`` and strides; the statements, and so the arithmetic, are one."""

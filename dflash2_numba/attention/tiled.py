@@ -366,8 +366,8 @@ def _make_split_kernel(D, VEC, u_pack=False):
 
 
 # Every register-tiled variant (tiled, tiled_compact, tiled_perm, tiled_wide) builds two forms
-# of its split kernel: the one launched from compute capability 8.0 on (the H200's, whose times
-# are measured) and the sm_70 form below it (a V100's 96 KB of shared memory a CTA, ptxas
+# of its split kernel: the one launched from compute capability 8.0 on (H100 / H200: the
+# measured one) and the sm_70 form below it (a V100's 96 KB of shared memory a CTA, ptxas
 # 12.9's sm_70 register allocation). Here the two differ in u's layout: padded from 8.0 on
 # (98,832 B at D = 256), packed below (89,616 B).
 SM70_FORM_BELOW_CC = (8, 0)

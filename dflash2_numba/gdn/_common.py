@@ -1,6 +1,6 @@
 """Pieces shared by the GDN kernels: compile-time constants, the launch plan, the
-kernel signatures the PTX report compiles, and the device helper both families use to
-normalise a q/k row.
+kernel signatures the PTX report compiles, and the device helper the chunked kernel uses
+to normalise a q/k row (serial runs the same chain inline).
 
 Kernel argument list (both families, in this order)::
 

@@ -1,6 +1,6 @@
-"""Device building blocks shared by the ``chunked_split`` / ``chunked_pipe`` kernels
-(:mod:`._split_prep`, :mod:`._split_state`): the shared-memory layout constants, and one-
-instruction loads / stores / fma groups.
+"""Device building blocks shared by the optimised chunked-family kernels (the pre-passes,
+state passes and output kernels of ``chunked_split`` onwards): the shared-memory layout
+constants, and one-instruction loads / stores / fma groups.
 
 On a GPU these are numba device functions and intrinsics (one ld/st instruction each, no
 negative-index wraparound, 16-byte vector accesses where the caller guarantees alignment).

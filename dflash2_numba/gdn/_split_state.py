@@ -22,7 +22,6 @@ from .._compat import cuda
 from ._common import C, MAXD, ZERO
 from ._split_ops import N_HS, N_VS, VS, _dev, fma4, ld1, ld2, ld4, pf1, st4
 
-BIG_CHUNK = 1 << 30          # "every chunk" for state_item
 _F32 = types.float32        # (the dynamic shared array's dtype, as the simulator wants it)
 
 @_dev

@@ -15,8 +15,8 @@ operation-order argument)
   FP32 copies). Within a launch no CTA reads anything another CTA of that launch writes:
   the state CTAs read slots written by the previous launch; the pre-pass CTAs write only
   slots of their own group (an L1 prefetch never reaches past the state CTA's group either).
-* All CTAs use chunked_split's device code (``prep_item`` and ``state_item``) with one
-  block size (128 threads on a GPU): the state CTA takes the "all columns per thread" form
+* All CTAs use chunked_split's pre-pass code (``prep_item``) and the unstaged state pass
+  ``state_item`` (the chains of chunked_split's ``staged_state_item``) with one block size (128 threads on a GPU): the state CTA takes the "all columns per thread" form
   of step 6; its shared arrays are the pre-pass's, reused.
 
 What it keeps: every rounding of chunked (the same device functions as chunked_split, which

@@ -51,7 +51,7 @@ from .chunked_smprep import supports as smprep_supports
 
 STATE_NAME = "gdn_rec_state"
 OUT_NAME = "gdn_chunk_out"
-MAX_THREADS = 256                 # (ptxas allows 203 registers a thread; 320 gets 168)
+MAX_THREADS = 256                 # (320 threads capped ptxas near 204 and gave 168 + spills)
 STATE_LAUNCH_BOUNDS = (MAX_THREADS, 1)
 OUT_LAUNCH_BOUNDS = (256, 2)
 DEFAULT_THREADS = (128, 128)      # (H200, T = 65536: bench/RESULTS.md, GDN ninth round)

@@ -7,7 +7,7 @@ the frozen :mod:`dflash2_numba.gdn.chunked` kernel (output and final state, ever
 of 16-row slabs, the next slab's global loads in flight while the current one is
 computed, where ``gdn_chunk_out`` stages 64 rows at a time between barriers. The pre-pass
 and the recurrence are chunked_rec's, with its knobs (``DFLASH2_GDN_REC_THREADS``,
-``_ROWS``, ``_MAP``).
+``DFLASH2_GDN_REC_ROWS``).
 
 Why the bits are chunked's: the pre-pass and the recurrence are chunked_rec's kernels; the
 output kernel runs ``gdn_chunk_out``'s chains step for step (its module docstring).

@@ -11,7 +11,7 @@ sequences first). Tokens are taken in groups of ``TG = 16``: the group's k and q
 staged in shared memory (coalesced), their norms computed in parallel (one thread per
 row), the rows normalised in place, and then every thread runs the recurrence of its
 column through the group's tokens with no further barrier. Shared: ``hs[128][32]`` (the
-state slice), ``kg, qg [16][129]`` (padded rows), ``a, beta, r`` (33.5 KiB); four
+state slice), ``kg, qg [16][129]`` (padded rows), ``a, beta, r`` (33,152 B); four
 barriers per group of 16 tokens.
 
 FP32 operation order (frozen; ``fma`` = ``cuda.fma``, one rounding; ``E`` = ``expf``)
