@@ -14,9 +14,14 @@ NUMBA_ENABLE_CUDASIM as numba reads it).
    Semantics are the simulator's: a barrier opens when every live thread of the
    block waits at it (exited threads count as arrived); an exception in any thread
    aborts the block and is re-raised.
+4. ``max`` / ``min`` inside simulated kernels and device functions ignore a NaN operand,
+   as numba's GPU lowering (``fmaxf`` / ``fminf``) does, instead of Python's
+   order-dependent NaN handling (:func:`_install_gpu_minmax`).
 """
 from __future__ import annotations
 
+import builtins
+import contextlib
 import sys
 import threading
 
@@ -130,4 +135,70 @@ def install() -> None:
     BlockThread.run = thread_run
     BlockThread.syncthreads = syncthreads
     sim_kernel.BlockManager.run = block_run
+    _install_gpu_minmax(sim_kernel, kernelapi)
     _installed = True
+
+
+# --------------------------------------------------------------------------- max / min
+
+def _is_nan(x) -> bool:
+    return isinstance(x, (float, np.floating)) and x != x
+
+
+def _gpu_minmax(pick):
+    """``max`` / ``min`` as numba lowers them on a GPU for floats (``__nv_fmaxf`` /
+    ``__nv_fminf``: a NaN operand is ignored, NaN only when both are NaN); other
+    arguments (ints, one iterable, keywords) go to Python's builtin unchanged."""
+    def minmax(*args, **kwargs):
+        if kwargs or len(args) < 2 or not any(isinstance(a, (float, np.floating)) for a in args):
+            return pick(*args, **kwargs)
+        acc = args[0]
+        for v in args[1:]:
+            if _is_nan(acc):
+                acc = v
+            elif not _is_nan(v):
+                acc = pick(acc, v)
+        return acc
+    minmax.__name__ = pick.__name__
+    return minmax
+
+
+GPU_MAX = _gpu_minmax(builtins.max)
+GPU_MIN = _gpu_minmax(builtins.min)
+
+
+def _install_gpu_minmax(sim_kernel, kernelapi) -> None:
+    """Kernels and device functions see :data:`GPU_MAX` / :data:`GPU_MIN` as ``max`` /
+    ``min`` while the simulator runs them: the simulator's own are Python's, whose NaN
+    handling depends on the argument order (``max(nan, 1.0)`` is nan, ``max(1.0, nan)`` is
+    1.0), where a GPU ignores the NaN. The names are put into the function's module globals
+    (only where the module defines no ``max`` / ``min`` of its own) for as long as a
+    simulated function of that module runs, as the simulator swaps in its fake ``cuda``."""
+    original = kernelapi.swapped_cuda_module
+    lock = threading.Lock()
+    refs: dict = {}
+    added: dict = {}
+
+    @contextlib.contextmanager
+    def swapped(fn, fake_cuda_module):
+        globs = fn.__globals__
+        gid = id(globs)
+        with lock:
+            if refs.get(gid, 0) == 0:
+                names = [n for n in ("max", "min") if n not in globs]
+                for n, f in (("max", GPU_MAX), ("min", GPU_MIN)):
+                    if n in names:
+                        globs[n] = f
+                added[gid] = names
+            refs[gid] = refs.get(gid, 0) + 1
+        try:
+            with original(fn, fake_cuda_module):
+                yield
+        finally:
+            with lock:
+                refs[gid] -= 1
+                if refs[gid] == 0:
+                    for n in added.pop(gid):
+                        globs.pop(n, None)
+
+    sim_kernel.swapped_cuda_module = swapped

@@ -22,7 +22,8 @@ def _strided_on_device(a: np.ndarray):
     array twice as wide), the layout a slice of a fused projection gives."""
     wide = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), dtype=a.dtype)
     wide[..., ::2] = a
-    view = cuda.to_device(wide)[..., ::2]
+    # (numba's device arrays take no Ellipsis on a GPU: the simulator's numpy ones do)
+    view = cuda.to_device(wide)[(slice(None),) * (a.ndim - 1) + (slice(None, None, 2),)]
     assert view.strides[-1] == 2 * a.itemsize
     return view
 

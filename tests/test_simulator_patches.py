@@ -185,3 +185,40 @@ def test_simulated_cuda_fma_at_the_overflow_midpoint():
         warnings.simplefilter("ignore", RuntimeWarning)
         cuda.jit(_fma_kernel)[1, 1](a, b, c, out)
     assert out[0] == np.finfo(np.float32).max
+
+
+def test_simulated_max_and_min_ignore_a_nan_as_the_gpu_does():
+    """numba lowers max / min of floats to fmaxf / fminf on a GPU (a NaN operand is
+    ignored); the patched simulator does the same in kernels, whatever the argument order,
+    and leaves ints and Python's own max elsewhere alone."""
+    import math
+
+    import numpy as np
+
+    from dflash2_numba._compat import SIMULATOR, cuda
+
+    if not SIMULATOR:
+        pytest.skip("simulator patch")
+
+    @cuda.jit
+    def k(out, a, b):
+        out[0] = max(a[0], b[0])
+        out[1] = max(b[0], a[0])
+        out[2] = min(a[0], b[0])
+        out[3] = min(b[0], a[0])
+        out[4] = max(a[0], a[0])
+
+    nan, one = np.float32(np.nan), np.float32(1.0)
+    out = np.zeros(5, np.float32)
+    k[1, 1](out, np.array([nan]), np.array([one]))
+    assert out[:4].tolist() == [1.0, 1.0, 1.0, 1.0] and math.isnan(out[4])
+
+    @cuda.jit
+    def ki(out):
+        out[0] = max(3, 5, 4)
+        out[1] = min(3, -2)
+
+    outi = np.zeros(2, np.int64)
+    ki[1, 1](outi)
+    assert outi.tolist() == [5, -2]
+    assert math.isnan(max(float("nan"), 1.0))          # host Python's max is untouched
