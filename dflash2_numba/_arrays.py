@@ -40,8 +40,7 @@ def _kind_of(x: Any) -> str:
     mod = type(x).__module__.split(".")[0]
     if isinstance(x, np.ndarray):
         return KIND_NUMPY
-    is_cuda_array = getattr(cuda, "is_cuda_array", None)   # (the simulator has none)
-    if is_cuda_array is not None and is_cuda_array(x):
+    if cuda.is_cuda_array(x):     # (never reached on the simulator, which has none)
         if mod == "torch":
             return KIND_TORCH
         if mod == "cupy":
@@ -394,7 +393,7 @@ def resolve_stream(stream):
     if isinstance(stream, (bool, np.bool_)):
         raise TypeError("stream: expected a numba, torch or cupy stream, an object with "
                         "__cuda_stream__, an int handle or None, got bool")
-    if isinstance(stream, (int, float, np.integer, np.floating)) and stream == 0:
+    if isinstance(stream, (int, np.integer)) and stream == 0:
         return 0
     if SIMULATOR and isinstance(stream, _simulator_stream_type()):
         return stream

@@ -14,8 +14,8 @@ NUMBA_ENABLE_CUDASIM as numba reads it).
    Semantics are the simulator's: a barrier opens when every live thread of the
    block waits at it (exited threads count as arrived); an exception in any thread
    aborts the block and is re-raised.
-4. ``max`` / ``min`` inside simulated kernels and device functions ignore a NaN operand,
-   as numba's GPU lowering (``fmaxf`` / ``fminf``) does, instead of Python's
+4. ``max`` / ``min`` of two floats inside simulated kernels and device functions ignore a
+   NaN operand, as numba's GPU lowering (``fmaxf`` / ``fminf``) does, instead of Python's
    order-dependent NaN handling (:func:`_install_gpu_minmax`).
 """
 from __future__ import annotations
@@ -146,19 +146,21 @@ def _is_nan(x) -> bool:
 
 
 def _gpu_minmax(pick):
-    """``max`` / ``min`` as numba lowers them on a GPU for floats (``__nv_fmaxf`` /
-    ``__nv_fminf``: a NaN operand is ignored, NaN only when both are NaN); other
-    arguments (ints, one iterable, keywords) go to Python's builtin unchanged."""
+    """``max`` / ``min`` as numba lowers them on a GPU: two floats go to ``__nv_fmaxf`` /
+    ``__nv_fminf`` (``fmax`` / ``fmin`` for float64), which ignore a NaN operand (NaN only
+    when both are NaN). Every other call (three or more arguments, a float with an int,
+    ints, one iterable, keywords) numba lowers to compares and selects, whose NaN handling
+    is Python's builtin's: those go to the builtin unchanged."""
     def minmax(*args, **kwargs):
-        if kwargs or len(args) < 2 or not any(isinstance(a, (float, np.floating)) for a in args):
+        if (kwargs or len(args) != 2
+                or not all(isinstance(a, (float, np.floating)) for a in args)):
             return pick(*args, **kwargs)
-        acc = args[0]
-        for v in args[1:]:
-            if _is_nan(acc):
-                acc = v
-            elif not _is_nan(v):
-                acc = pick(acc, v)
-        return acc
+        a, b = args
+        if _is_nan(a):
+            return b
+        if _is_nan(b):
+            return a
+        return pick(a, b)
     minmax.__name__ = pick.__name__
     return minmax
 
@@ -173,7 +175,10 @@ def _install_gpu_minmax(sim_kernel, kernelapi) -> None:
     handling depends on the argument order (``max(nan, 1.0)`` is nan, ``max(1.0, nan)`` is
     1.0), where a GPU ignores the NaN. The names are put into the function's module globals
     (only where the module defines no ``max`` / ``min`` of its own) for as long as a
-    simulated function of that module runs, as the simulator swaps in its fake ``cuda``."""
+    simulated function of that module runs, as the simulator swaps in its fake ``cuda``.
+    So host code of that module sees them too while one of its kernels runs, and a plain
+    Python helper (not a simulated device function) sees them only while a simulated
+    function of its own module runs: none of the package's helpers takes a float max."""
     original = kernelapi.swapped_cuda_module
     lock = threading.Lock()
     refs: dict = {}

@@ -258,7 +258,7 @@ def test_plan_names_a_workspace_it_cannot_allocate():
                seq_lens=[3], strided=False)
     big.update(q=np.zeros((B, Q, Hq, D), np.float16), seq_lens=np.full(B, 10, np.int32),
                block_table=np.zeros((B, big["block_table"].shape[1]), np.int32))
-    with pytest.raises(ValueError, match=r"^q, splits: the call's workspace needs \d+ bytes"):
+    with pytest.raises(ValueError, match=r"^q, splits: the call needs a \d+-byte buffer"):
         d2.plan_attention(**big, splits=65536)
 
 

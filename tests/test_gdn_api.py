@@ -253,3 +253,9 @@ def test_device_out_or_cache_sharing_memory_with_an_input_is_refused():
                     state_cache=inter, **kw)
     o, _ = gdn_prefill(**one, out=out_view, out_dtype="float32", state_cache=cache, **kw)
     assert o is out_view
+    # inputs that share memory are only read: q and k one device array, with a device out
+    same = dict(dev, k=dev["q"])
+    want, _ = gdn_prefill(**dict(case, k=case["q"]), out_dtype="float32")
+    dout = cuda.device_array(want.shape, np.float32)
+    o, _ = gdn_prefill(**same, out=dout, out_dtype="float32")
+    assert o is dout and oracle.first_mismatch(dout.copy_to_host(), want) is None

@@ -187,31 +187,29 @@ def test_simulated_cuda_fma_at_the_overflow_midpoint():
     assert out[0] == np.finfo(np.float32).max
 
 
+@simulator_only
 def test_simulated_max_and_min_ignore_a_nan_as_the_gpu_does():
-    """numba lowers max / min of floats to fmaxf / fminf on a GPU (a NaN operand is
-    ignored); the patched simulator does the same in kernels, whatever the argument order,
-    and leaves ints and Python's own max elsewhere alone."""
+    """numba lowers max / min of two floats to fmaxf / fminf on a GPU (a NaN operand is
+    ignored); the patched simulator does the same in kernels, whatever the argument order.
+    Three arguments, or a float with an int, numba lowers to compare-and-select, which keeps
+    Python's handling; ints and host Python's max are untouched."""
     import math
 
-    import numpy as np
-
-    from dflash2_numba._compat import SIMULATOR, cuda
-
-    if not SIMULATOR:
-        pytest.skip("simulator patch")
-
     @cuda.jit
-    def k(out, a, b):
+    def k(out, a, b, c):
         out[0] = max(a[0], b[0])
         out[1] = max(b[0], a[0])
         out[2] = min(a[0], b[0])
         out[3] = min(b[0], a[0])
         out[4] = max(a[0], a[0])
+        out[5] = max(a[0], b[0], c[0])           # compare-and-select: Python's nan
+        out[6] = max(a[0], 0)
 
-    nan, one = np.float32(np.nan), np.float32(1.0)
-    out = np.zeros(5, np.float32)
-    k[1, 1](out, np.array([nan]), np.array([one]))
-    assert out[:4].tolist() == [1.0, 1.0, 1.0, 1.0] and math.isnan(out[4])
+    nan, one, two = np.float32(np.nan), np.float32(1.0), np.float32(2.0)
+    out = np.zeros(7, np.float32)
+    k[1, 1](out, np.array([nan]), np.array([one]), np.array([two]))
+    assert out[:4].tolist() == [1.0, 1.0, 1.0, 1.0]
+    assert math.isnan(out[4]) and math.isnan(out[5]) and math.isnan(out[6])
 
     @cuda.jit
     def ki(out):

@@ -5,8 +5,8 @@
 * a NaN byte in the K or V cache reaches only the rows that see its key: every other row
   (same tile, same split) is bit-identical to a run with a finite byte there;
 * a NaN V byte makes those rows NaN in its column, where the oracle puts NaN;
-* a NaN K byte makes its score NaN, which the kernels' ``max`` ignores (numba's ``max`` on
-  floats is ``fmaxf`` on a GPU; the simulator is patched to match): the key's probability
+* a NaN K byte makes its score NaN, which the kernels' ``max`` ignores (numba's ``max`` of
+  two floats is ``fmaxf`` on a GPU; the simulator is patched to match): the key's probability
   is ``E(-80)``, whose FP16 parts are 0, so the rows that see it get the result of the key
   being invisible, where the FP64 oracle gives NaN. Every variant keeps these bytes.
 """

@@ -171,6 +171,17 @@ def _check_values(qa: A.ArrayArg, sl: A.ArrayArg, ra: Optional[A.ArrayArg], bt: 
             A.check_int_range(table[b, :cols], f"block_table[{b}]", 0, num_pages - 1)
 
 
+def _allocate(shape, dtype, stream):
+    """A device buffer of the call's own, or a ValueError naming the arguments that size it
+    when it cannot be allocated (the driver's or the simulator's out-of-memory error)."""
+    try:
+        return cuda.device_array(shape, dtype, stream=stream)
+    except Exception as exc:   # noqa: BLE001  (CudaAPIError / MemoryError: out of memory)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        raise ValueError(f"q, splits: the call needs a {nbytes}-byte buffer {tuple(shape)}, "
+                         f"which cannot be allocated ({type(exc).__name__})") from None
+
+
 def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale=1.0,
                    v_scale=1.0, row_lengths=None, splits=DEFAULT_SPLITS, variant="frozen",
                    out=None, workspace: Optional[AttentionWorkspace] = None,
@@ -252,22 +263,17 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
 
     # ---- every check passed: bind device memory ----
     strm = A.resolve_stream(stream)
-    try:
-        if workspace is not None:
-            partial, lse = workspace.partial, workspace.lse
-        else:
-            partial = cuda.device_array((B, S, Q, Hq, D), np.float32, stream=strm)
-            lse = cuda.device_array((B, S, Q, Hq, 2), np.float32, stream=strm)
-        if oa is not None and oa.kind != A.KIND_NUMPY:
-            out_dev = oa.device()
-        elif workspace is not None and workspace.out_dtype == odt:
-            out_dev = workspace.out
-        else:
-            out_dev = cuda.device_array((B, Q, Hq, D), odt, stream=strm)
-    except Exception as exc:   # noqa: BLE001  (the driver or the simulator: out of memory)
-        nbytes = B * S * Q * Hq * (D + 2) * 4 + B * Q * Hq * D * np.dtype(odt).itemsize
-        raise ValueError(f"q, splits: the call's workspace needs {nbytes} bytes, which cannot "
-                         f"be allocated ({type(exc).__name__})") from None
+    if workspace is not None:
+        partial, lse = workspace.partial, workspace.lse
+    else:
+        partial = _allocate((B, S, Q, Hq, D), np.float32, strm)
+        lse = _allocate((B, S, Q, Hq, 2), np.float32, strm)
+    if oa is not None and oa.kind != A.KIND_NUMPY:
+        out_dev = oa.device()
+    elif workspace is not None and workspace.out_dtype == odt:
+        out_dev = workspace.out
+    else:
+        out_dev = _allocate((B, Q, Hq, D), odt, strm)
     rows_dev = ra.device(strm) if ra is not None else cuda.to_device(np.zeros((1, 1), np.int32), stream=strm)
     q_dev, bt_dev, sl_dev = qa.device(strm), bt.device(strm), sl.device(strm)
     # the checks on values re-run on what the launches read: the caller's arrays for
