@@ -35,8 +35,6 @@ from ._cli import compute_capability, output_folder, output_path
 
 FP64_RE = re.compile(r"^\s*(?:@%p\d+\s+)?[a-z]+(?:\.[a-z0-9]+)*\.f64\b", re.M)
 REG_RE = re.compile(r"Used (\d+) registers")
-ENTRY_RE = re.compile(r"Compiling entry function '([^']+)'")
-FUNC_RE = re.compile(r"Function properties for (\S+)")
 SPILL_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 SMEM_RE = re.compile(r"(\d+) bytes smem")
 SHL31_RE = re.compile(r"^\s*(?:@%p\d+\s+)?shl\.b64\s+%rd\d+,\s*%rd\d+,\s*31;", re.M)
@@ -137,47 +135,20 @@ def count_local(ptx: str) -> int:
 
 
 def parse_ptxas_log(log: str) -> dict:
-    """The figures of ``ptxas -v``'s log: ``registers`` and ``shared_bytes`` of the kernel
-    entry (the first one compiled), ``stack_bytes`` / ``spill_store_bytes`` /
-    ``spill_load_bytes`` summed over every "Function properties" block (the entry's and
-    those of functions kept out of line, in whatever order ptxas prints them), and
-    ``functions``: the names of those blocks in order."""
-    entry = None
-    current = None
-    props = []                 # (function name, (stack, spill stores, spill loads))
-    usage = {}                 # entry name -> its "Used N registers, ..." line
-    for line in log.splitlines():
-        m = ENTRY_RE.search(line)
-        if m:
-            if entry is None:
-                entry = m.group(1)
-            current = m.group(1)
-            continue
-        m = FUNC_RE.search(line)
-        if m:
-            current = m.group(1)
-            continue
-        m = SPILL_RE.search(line)
-        if m and current is not None:
-            props.append((current, tuple(map(int, m.groups()))))
-            continue
-        if REG_RE.search(line) and current is not None and current not in usage:
-            usage[current] = line
-    used = usage.get(entry) if entry is not None else None
-    if used is None and usage:
-        used = next(iter(usage.values()))
-    if used is None:                 # a log without the function blocks: read it whole
-        used = log
-    res = {}
-    m = REG_RE.search(used)
-    res["registers"] = int(m.group(1)) if m else None
+    """The figures of ``ptxas -v``'s log for one PTX: ``registers`` and ``shared_bytes``
+    from its "Used ..." line (ptxas prints one for each entry, and a report assembles one
+    entry), and ``stack_bytes`` / ``spill_store_bytes`` / ``spill_load_bytes`` summed over
+    every "Function properties" block: the entry's and those of functions ptxas kept out
+    of line, in whatever order it prints them."""
+    used = REG_RE.search(log)
+    smem = SMEM_RE.search(log)
+    res = {"registers": int(used.group(1)) if used else None,
+           "shared_bytes": int(smem.group(1)) if smem else 0}
+    props = [tuple(map(int, m)) for m in SPILL_RE.findall(log)]
     if props:
-        res["stack_bytes"] = sum(p[1][0] for p in props)
-        res["spill_store_bytes"] = sum(p[1][1] for p in props)
-        res["spill_load_bytes"] = sum(p[1][2] for p in props)
-    m = SMEM_RE.search(used)
-    res["shared_bytes"] = int(m.group(1)) if m else 0
-    res["functions"] = [p[0] for p in props]
+        res["stack_bytes"] = sum(p[0] for p in props)
+        res["spill_store_bytes"] = sum(p[1] for p in props)
+        res["spill_load_bytes"] = sum(p[2] for p in props)
     return res
 
 
@@ -260,8 +231,7 @@ def build_reports(cc=(7, 0), family: Optional[str] = None, variant: Optional[str
                     r.error = "no ptxas that targets sm_70 (install the cuda12 extra)"
                 else:
                     for k, v in assemble(ptxas, ptx, cc).items():
-                        if k in KernelReport.__dataclass_fields__:
-                            setattr(r, k, v)
+                        setattr(r, k, v)
             except Exception as e:  # report and go on: one row per kernel
                 r.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
             reports.append(r)

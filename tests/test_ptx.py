@@ -147,7 +147,6 @@ ptxas info    : Compile time = 2.344 ms
 def test_ptxas_log_is_read_for_every_function():
     res = parse_ptxas_log(_TWO_FUNCTION_LOG)
     assert res["registers"] == 24 and res["shared_bytes"] == 1024      # the entry's
-    assert res["functions"] == ["helper", "kern"]
     assert (res["stack_bytes"], res["spill_store_bytes"], res["spill_load_bytes"]) == (280, 16, 24)
 
 
@@ -218,7 +217,6 @@ def test_assemble_counts_the_stack_and_spills_of_every_function():
     from dflash2_numba.ptx import assemble
 
     res = assemble(find_ptxas(), _RECURSIVE_PTX, (7, 0))
-    assert "kern" in res["functions"] and "helper" in res["functions"]
     assert res["registers"] > 0
     assert res["stack_bytes"] > 0                       # the helper's 256-byte array at least
     assert res["spill_store_bytes"] + res["spill_load_bytes"] > 0, res
