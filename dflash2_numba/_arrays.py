@@ -87,6 +87,11 @@ class ArrayArg:
         return self.device().copy_to_host()
 
 
+def _unreachable_on_simulator(name: str, x: Any, how: str) -> TypeError:
+    return TypeError(f"{name}: {type(x).__name__} is CUDA device memory ({how}), which the "
+                     f"CUDA simulator cannot reach; pass a numpy or numba device array")
+
+
 def as_array_arg(x: Any, name: str) -> ArrayArg:
     if x is None:
         raise TypeError(f"{name}: expected an array, got None")
@@ -99,9 +104,7 @@ def as_array_arg(x: Any, name: str) -> ArrayArg:
                         tuple(int(s) for s in x.strides))
     if hasattr(x, "__cuda_array_interface__"):
         if SIMULATOR:
-            raise TypeError(
-                f"{name}: {type(x).__name__} is CUDA device memory (__cuda_array_interface__), "
-                f"which the CUDA simulator cannot reach; pass a numpy or numba device array")
+            raise _unreachable_on_simulator(name, x, "__cuda_array_interface__")
         cai = x.__cuda_array_interface__
         dtype = np.dtype(cai["typestr"])
         shape = tuple(int(s) for s in cai["shape"])
@@ -118,9 +121,7 @@ def as_array_arg(x: Any, name: str) -> ArrayArg:
             return arg
         if int(dev_type) in (2, 13):  # kDLCUDA, kDLCUDAManaged
             if SIMULATOR:
-                raise TypeError(
-                    f"{name}: {type(x).__name__} is CUDA device memory (DLPack), which the CUDA "
-                    f"simulator cannot reach; pass a numpy or numba device array")
+                raise _unreachable_on_simulator(name, x, "DLPack")
             from cuda.core.utils import StridedMemoryView
 
             view = StridedMemoryView.from_dlpack(x, stream_ptr=-1)
