@@ -104,12 +104,7 @@ def test_nan_k_byte_carries_no_weight(T, key, Q):
 def test_nan_v_byte_lands_where_the_oracle_puts_it():
     """A NaN V byte: the kernel's NaN entries are exactly the oracle's (fp64 and mp), the
     rows that see its key, in its column; everything else is finite in both."""
-    rng = np.random.default_rng(22)
-    rows = np.array([[40, 40, 45, 45]], np.int32)
-    c = oracle.random_attention_case(rng, B=1, Q=4, Hq=2, Hkv=1, D=64, page_size=16,
-                                     seq_lens=[45], strided=False, row_lengths=rows)
-    key = 43
-    c["v_cache"][c["block_table"][0, key // 16], key % 16, 0, 7] = 0x7F
+    c = _with_nan(_rows_case(22), "v_cache", key=43)
     got = d2.verify_attention(**c, splits=2, out_dtype="float32").out
     for precision in ("fp64", "mp"):
         ref = np.asarray(oracle.attention_reference(**c, precision=precision), np.float64)
