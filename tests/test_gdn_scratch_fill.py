@@ -11,6 +11,9 @@ plans afresh. A NaN reaches a result even through a multiplication by zero.
 On the simulator: a small shape with a partial chunk and two sequences. With
 ``DFLASH2_GPU=1`` on a GPU the ``gpu``-marked case runs the production shape (H = 4, HV = 12,
 K = V = 128, FP16) with a partial last chunk."""
+from dataclasses import is_dataclass
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -24,23 +27,25 @@ VARIANTS = [v for v in _registry.variants("gdn") if v != "serial"]
 
 def scratch_arrays(plan):
     """The FP32 device arrays a planned call keeps between calls (its scratch), found
-    anywhere under ``plan.scratch``: its attributes, nested namespaces (e.g. a segment
-    schedule's state rows), lists, tuples and dicts."""
+    anywhere under ``plan.scratch`` through the containers plans build: namespaces,
+    dataclass instances, lists, tuples and dicts. Nothing else is entered: a kernel, a
+    stream or an event a namespace holds leads into numba's and Python's own objects (on a
+    GPU, through their modules, to objects that answer any attribute)."""
     found, seen = [], set()
 
     def walk(x):
-        if x is None or id(x) in seen or isinstance(x, (str, bytes, int, float, np.generic)):
+        if id(x) in seen:
             return
         seen.add(id(x))
-        if hasattr(x, "copy_to_device"):
-            if np.dtype(x.dtype) == np.float32:
+        if hasattr(x, "copy_to_device") and isinstance(getattr(x, "dtype", None), np.dtype):
+            if x.dtype == np.float32:
                 found.append(x)
             return
         if isinstance(x, dict):
             items = x.values()
         elif isinstance(x, (list, tuple)):
             items = x
-        elif hasattr(x, "__dict__"):
+        elif isinstance(x, SimpleNamespace) or (is_dataclass(x) and not isinstance(x, type)):
             items = vars(x).values()
         else:
             return
@@ -103,6 +108,23 @@ def test_scratch_walk_reaches_nested_state_rows():
         call = plan_gdn(**case, variant=variant, out_dtype="float32")
         rows = call.plan.scratch.seg.rows
         assert any(a is rows for a in scratch_arrays(call.plan)), variant
+
+
+def test_scratch_walk_enters_only_the_containers_plans_build():
+    """A namespace in a plan's scratch also holds kernels, streams and events; walking their
+    attributes led (on a GPU) to an object that answers every attribute, taken for an array.
+    The walk finds the arrays beside such an object and never enters it."""
+    class AnswersAnything:
+        def __getattr__(self, name):
+            return self
+
+    arr = cuda.to_device(np.zeros(3, np.float32))
+    nested = cuda.to_device(np.zeros(2, np.float32))
+    ints = cuda.to_device(np.zeros(2, np.int32))
+    plan = SimpleNamespace(scratch=SimpleNamespace(
+        kernel=AnswersAnything(), a=arr, seg=SimpleNamespace(rows=[nested, ints]),
+        table={"k": AnswersAnything()}))
+    assert [id(a) for a in scratch_arrays(plan)] == [id(arr), id(nested)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
