@@ -301,10 +301,12 @@ def stats(times: Sequence[float]) -> Dict[str, object]:
 
 def alternating_trials(items: Dict[str, Callable[[], float]], trials: int, budget: Budget,
                        min_trials: int = 3, notes: Optional[List[str]] = None,
-                       label: str = "") -> Dict[str, List[float]]:
+                       label: str = "", failures: Optional[List[str]] = None
+                       ) -> Dict[str, List[float]]:
     """Run one trial of every item per round, the order rotated each round, ``trials``
     rounds (fewer, but at least ``min_trials``, once the budget is spent). An item whose
-    trial raises is dropped from later rounds; the error is put in ``notes``."""
+    trial raises is dropped from later rounds; the error is put in ``notes`` and in
+    ``failures`` (what makes a benchmark exit 1)."""
     names = list(items)
     out: Dict[str, List[float]] = {n: [] for n in names}
     dead = set()
@@ -321,9 +323,35 @@ def alternating_trials(items: Dict[str, Callable[[], float]], trials: int, budge
                 out[n].append(items[n]())
             except Exception as exc:  # noqa: BLE001
                 dead.add(n)
-                if notes is not None:
-                    notes.append(f"{label} {n}: trial failed: {type(exc).__name__}: {exc}")
-                log(f"  {label} {n}: trial failed: {type(exc).__name__}: {exc}")
+                msg = f"{label} {n}: trial failed: {type(exc).__name__}: {exc}"
+                for sink in (notes, failures):
+                    if sink is not None:
+                        sink.append(msg)
+                log("  " + msg)
+    return out
+
+
+#: What a variant's accuracy check must meet (the contract's FP32 bound; the cast output adds
+#: at most one RNE rounding, 2**-11 relative, to the FP32 output's error).
+FP32_REL_L2_BOUND = 1e-5
+CAST_REL_L2_BOUND = 2.0 ** -11 + FP32_REL_L2_BOUND
+
+
+def accuracy_failures(rows: Dict[str, dict], bounds: Dict[str, float], where: str) -> List[str]:
+    """The failures of the variants' rows (``kind == "variant"``) of an accuracy table:
+    a check that raised, a figure missing or not finite, or one above its bound
+    (``bounds``: key -> largest relative L2 allowed). Peers' rows are recorded, not judged."""
+    out = []
+    for name, row in rows.items():
+        if row.get("kind") != "variant":
+            continue
+        if row.get("error"):
+            out.append(f"{where}: {name}: accuracy check failed: {row['error']}")
+            continue
+        for key, bound in bounds.items():
+            value = row.get(key)
+            if value is None or not math.isfinite(value) or not value <= bound:
+                out.append(f"{where}: {name}: {key} = {value} (bound {bound:.3g})")
     return out
 
 
@@ -358,7 +386,7 @@ def _build_fma_kernel():
     return _fma_kernel
 
 
-def measure_fma_rate(clock: Clock, *, smoke: bool, trials: int = 5) -> Dict[str, object]:
+def measure_fma_rate(clock: Clock, *, trials: int = 5) -> Dict[str, object]:
     """FP32 FMA instructions per second (one instruction per FMA), best of ``trials``."""
     kern = _build_fma_kernel()
     x = np.full(3 + FMA_CHAINS, 0.5, dtype=np.float32)
@@ -390,7 +418,7 @@ def measure_fma_rate(clock: Clock, *, smoke: bool, trials: int = 5) -> Dict[str,
             "meaningful": not SIMULATOR}
 
 
-def measure_copy_bandwidth(clock: Clock, *, smoke: bool, trials: int = 5,
+def measure_copy_bandwidth(clock: Clock, *, trials: int = 5,
                            nbytes: Optional[int] = None) -> Dict[str, object]:
     """Device-to-device copy bandwidth, counting bytes read + written, best of ``trials``."""
     if nbytes is None:
@@ -413,17 +441,20 @@ def measure_copy_bandwidth(clock: Clock, *, smoke: bool, trials: int = 5,
             "meaningful": not SIMULATOR}
 
 
-def measure_ceilings(clock: Clock, *, smoke: bool) -> Dict[str, object]:
+def measure_ceilings(clock: Clock) -> Dict[str, object]:
+    """The FP32 FMA rate and the copy bandwidth every figure is set against (their sizes
+    are the simulator's where it runs). A ceiling that fails is an ``error`` entry:
+    :func:`ceiling_failures` names it."""
     log("measuring ceilings: FP32 FMA rate, device-to-device copy bandwidth")
     out: Dict[str, object] = {}
     try:
-        out["fma"] = measure_fma_rate(clock, smoke=smoke)
+        out["fma"] = measure_fma_rate(clock)
         log(f"  FMA: {out['fma']['fma_instr_per_s'] / 1e12:.2f} T instr/s")
     except Exception as exc:  # noqa: BLE001
         out["fma"] = {"error": f"{type(exc).__name__}: {exc}", "fma_instr_per_s": None}
         log(f"  FMA ceiling failed: {out['fma']['error']}")
     try:
-        out["copy"] = measure_copy_bandwidth(clock, smoke=smoke)
+        out["copy"] = measure_copy_bandwidth(clock)
         log(f"  copy: {out['copy']['bytes_per_s'] / 1e9:.1f} GB/s (read + write)")
     except Exception as exc:  # noqa: BLE001
         out["copy"] = {"error": f"{type(exc).__name__}: {exc}", "bytes_per_s": None}
@@ -431,6 +462,13 @@ def measure_ceilings(clock: Clock, *, smoke: bool) -> Dict[str, object]:
     if SIMULATOR:
         out["note"] = "simulator: the ceilings and every fraction below are not meaningful"
     return out
+
+
+def ceiling_failures(ceilings: Dict[str, object]) -> List[str]:
+    """A benchmark whose figures have no roofline beside them has failed: one message per
+    ceiling that could not be measured."""
+    return [f"ceiling {name} not measured: {(ceilings.get(name) or {}).get('error')}"
+            for name in ("fma", "copy") if (ceilings.get(name) or {}).get("error")]
 
 
 # --------------------------------------------------------------------------- output
@@ -548,13 +586,15 @@ def plot_series(path: Path, title: str, xlabel: str, ylabel: str,
 def write_outputs(out_dir, stem: str, record: dict, md_lines: Sequence[str], title: str,
                   xlabel: str, ylabel: str, series: List[dict]) -> None:
     """A benchmark's three files in ``out_dir``: ``<stem>.png`` (:func:`plot_series`; a
-    plotting failure becomes a note in the record), ``<stem>.json`` (the record, with the
-    file names added) and ``<stem>.md`` (``md_lines``)."""
+    plotting failure becomes a note in the record and a last line of the markdown),
+    ``<stem>.json`` (the record, with the file names added) and ``<stem>.md``
+    (``md_lines``)."""
     out = Path(out_dir)
     png = out / f"{stem}.png"
     err = plot_series(png, title, xlabel, ylabel, series)
     if err:
         record["notes"].append(err)
+        md_lines = [*md_lines, f"- {err}", ""]
     record["files"] = {"json": str(out / f"{stem}.json"), "markdown": str(out / f"{stem}.md"),
                        "plot": None if err else str(png)}
     write_json(out / f"{stem}.json", record)

@@ -20,7 +20,14 @@ Peers (torch only, each graph-captured when possible, else eager): the PyTorch p
 user would write (gather pages, E4M3 -> FP16 via float8_e4m3fn views, QK^T, FP32 softmax,
 PV, times v_scale, causal inside the block) and scaled_dot_product_attention on the
 dequantised FP16 (boolean block mask; and lower-right causal bias where available).
-Accuracy: relative L2 against the FP64 oracle at one context (--acc-context), layer 0.
+Accuracy: relative L2 against the FP64 oracle at one context (--acc-context), layer 0:
+each variant's timed plan (FP16 output, relaunched after a sentinel fill of its workspace)
+and the same call with an FP32 output, whose RNE rounding must be the timed plan's bytes.
+
+Exit status 1 (after writing the files) when a variant's plan, launch, graph replay or
+timed trial failed, a variant's accuracy is missing or past its bound (FP32 output 1e-5,
+FP16 output 2**-11 + 1e-5 relative L2), a block table changed, a requested context was
+skipped for the budget, or a ceiling was not measured; 2 for usage errors.
 
 Usage: ``python3 bench/attention.py [--out DIR] [--contexts 1024,32768] [--variants all]``;
 ``--smoke`` is a tiny configuration for the CUDA simulator (NUMBA_ENABLE_CUDASIM=1):
@@ -45,7 +52,7 @@ import numpy as np  # noqa: E402
 
 import dflash2_numba as d2  # noqa: E402  (numpy shim before numba)
 from bench import _common as C  # noqa: E402
-from dflash2_numba._cli import positive_float, positive_int, positive_int_list  # noqa: E402
+from dflash2_numba._cli import positive_float, positive_int, positive_int_list, seed  # noqa: E402
 from dflash2_numba.contract import active_splits  # noqa: E402
 from numba import cuda  # noqa: E402
 
@@ -66,18 +73,20 @@ def parse_args(argv=None):
     p.add_argument("--contexts", default=None, type=positive_int_list,
                    help="comma-separated context lengths (seq_lens, incl. the Q new tokens)")
     p.add_argument("--variants", default="all", help="comma-separated attention variants, or 'all'")
-    p.add_argument("--layers", type=positive_int, default=None, help="distinct layers (default 16)")
+    p.add_argument("--layers", type=positive_int, default=None,
+                   help="distinct layers (default 16; 2 with --smoke)")
     p.add_argument("--trials", type=positive_int, default=None,
-                   help="timed trials per item (default 7)")
+                   help="timed trials per item (default 7; 2 with --smoke)")
     p.add_argument("--target-ms", type=positive_float, default=30.0,
                    help="approximate length of one trial (graph replays / eager rounds)")
     p.add_argument("--acc-context", type=positive_int, default=None,
-                   help="context of the accuracy check vs the FP64 oracle (default 32768)")
+                   help="context of the accuracy check vs the FP64 oracle (default 32768; 160 "
+                        "with --smoke); the nearest timed context is checked")
     p.add_argument("--no-peers", action="store_true", help="skip the PyTorch peers")
     p.add_argument("--no-eager", action="store_true", help="skip the eager (no graph) timing")
     p.add_argument("--budget-s", type=positive_float, default=420.0,
                    help="wall-clock budget; optional work is skipped once it is spent")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0, help="input generator seed (an int >= 0)")
     args = p.parse_args(argv)
     q_len = (SMOKE if args.smoke else PRODUCTION)["Q"]
     if args.contexts and min(args.contexts) < q_len:
@@ -297,6 +306,10 @@ def roofline(cm, layers, ms_all, ceil):
 # --------------------------------------------------------------------------- main
 
 
+#: The bounds a variant's accuracy check must meet (``C.accuracy_failures``).
+ACCURACY_BOUNDS = {"rel_l2_fp32": C.FP32_REL_L2_BOUND, "rel_l2_fp16": C.CAST_REL_L2_BOUND}
+
+
 def unsupported_variants(variants, cfg) -> dict:
     """``{name: reason}`` for the variants whose ``supports`` refuses the benchmark's shape
     (e.g. ``tiled_wide`` at the smoke run's D = 64): they are left out of the timings and
@@ -328,6 +341,9 @@ def main(argv=None) -> int:
     out_dir = C.out_dir(args.out)
     notes = []
     failures = []        # what makes the exit status 1: a variant that failed or lied
+    if acc_ctx != acc_ctx_req:
+        notes.append(f"accuracy checked at context {acc_ctx}, the timed context nearest the "
+                     f"{acc_ctx_req} asked for")
 
     variants = args.variant_names
     unsupported = unsupported_variants(variants, cfg)
@@ -354,7 +370,8 @@ def main(argv=None) -> int:
     C.log(f"attention bench on {meta.get('device')}; variants {variants}; contexts {contexts}; "
           f"{cfg['layers']} layers; timing {clock.method}")
 
-    ceilings = C.measure_ceilings(clock, smoke=args.smoke)
+    ceilings = C.measure_ceilings(clock)
+    failures += C.ceiling_failures(ceilings)
     l2 = meta.get("l2_bytes")
     if not l2 and torch is not None:
         try:
@@ -375,6 +392,7 @@ def main(argv=None) -> int:
     accuracy = {"context": acc_ctx, "layer": 0, "rows": {}}
     graph_checks = []
     skipped = []
+    acc_plans = {}      # variant -> its timed plan of layer 0 at the accuracy context
 
     for T in contexts:
         if budget.exceeded():
@@ -413,6 +431,9 @@ def main(argv=None) -> int:
                 failures.append(msg)
                 C.log("  " + msg)
                 continue
+
+            if T == acc_ctx:
+                acc_plans[v] = plans[0]
 
             def eager(s=None, plans=plans):
                 st = clock.stream if s is None else s
@@ -502,14 +523,18 @@ def main(argv=None) -> int:
                     _recover_torch(torch)
                     continue
 
-                def run_inf(fns=fns):
+                outs = {}
+
+                def run_inf(fns=fns, outs=outs):
                     with torch.inference_mode():
-                        for f in fns:
-                            f()
+                        outs["o"] = [f() for f in fns]
                 mode = "eager"
                 try:
                     g = C.capture_graph(torch, lambda s, run_inf=run_inf: run_inf())
                     graphs.append((g, fns))     # the peers' closures own the page lists it reads
+                    if not peer_graph_matches(torch, run_inf, g, outs):
+                        raise GraphMismatch("graph replay output differs from the eager "
+                                            "output; graph not timed")
                     g.replay()
                     est_g = clock.time_ms(g.replay, 1)
                     reps = C.choose_reps(est_g, args.target_ms, min_reps=MIN_REPS)
@@ -517,7 +542,7 @@ def main(argv=None) -> int:
                     labels[f"{name}/graph"] = (name, "peer", "graph", reps)
                     mode = "graph"
                 except Exception as exc:  # noqa: BLE001
-                    notes.append(f"peer {name} @ {T}: graph capture failed, eager: "
+                    notes.append(f"peer {name} @ {T}: no graph timed, eager: "
                                  f"{type(exc).__name__}: {str(exc)[:200]}")
                     _recover_torch(torch)
                 est = clock.time_ms(run_inf, 1)
@@ -532,7 +557,7 @@ def main(argv=None) -> int:
         if items:
             C.log(f"  timing {len(items)} items x {trials} trials: {', '.join(items)}")
             times = C.alternating_trials(items, trials, budget, min_trials=min(5, trials),
-                                         notes=notes, label=f"ctx {T}")
+                                         notes=notes, label=f"ctx {T}", failures=failures)
             for key, ts in times.items():
                 impl, kind, mode, reps = labels[key]
                 st = C.stats(ts)
@@ -566,7 +591,8 @@ def main(argv=None) -> int:
 
         # ---- accuracy vs the FP64 oracle (layer 0)
         if T == acc_ctx:
-            accuracy_at(cfg, torch, layers[0], T, scale, variants, pc, accuracy, notes, budget)
+            accuracy_at(cfg, torch, layers[0], T, scale, variants, pc, accuracy, notes,
+                        acc_plans, clock)
 
         del graphs, items
         if torch is not None:
@@ -576,6 +602,13 @@ def main(argv=None) -> int:
 
     if skipped:
         notes.append(f"time budget ({args.budget_s:.0f} s) spent: contexts {skipped} skipped")
+        failures.append(notes[-1])
+    if variants:
+        if not accuracy["rows"]:
+            failures.append(f"no accuracy check at context {acc_ctx}"
+                            + (" (skipped for the budget)" if acc_ctx in skipped else ""))
+        failures += C.accuracy_failures(accuracy["rows"], ACCURACY_BOUNDS,
+                                        f"accuracy at context {acc_ctx}")
 
     described = d2.attention_variants()
     record = {
@@ -623,7 +656,23 @@ def check_graph(torch, layers, eager, g):
     return all(a.tobytes() == b.tobytes() for a, b in zip(want, got))
 
 
-def accuracy_at(cfg, torch, L, T, scale, variants, pc, accuracy, notes, budget):
+def peer_graph_matches(torch, run_inf, g, outs):
+    """A peer's graph is timed only when one replay gives the eager call's output bytes:
+    the eager outputs are kept, the graph's own outputs (``outs["o"]``, set while it was
+    captured) NaN-filled, the graph replayed and the two compared."""
+    captured = outs["o"]
+    run_inf()
+    torch.cuda.synchronize()
+    want = [o.cpu().numpy().tobytes() for o in outs["o"]]
+    with torch.inference_mode():
+        for o in captured:
+            o.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    return [o.cpu().numpy().tobytes() for o in captured] == want
+
+
+def accuracy_at(cfg, torch, L, T, scale, variants, pc, accuracy, notes, acc_plans, clock):
     C.log(f"  accuracy at context {T} (layer 0) vs oracle.attention_reference (FP64)")
     t0 = time.perf_counter()
     try:
@@ -648,14 +697,24 @@ def accuracy_at(cfg, torch, L, T, scale, variants, pc, accuracy, notes, budget):
     for v in variants:
         r = {"kind": "variant"}
         try:
-            for odt in ("float16", "float32"):
-                res = d2.verify_attention(L.q, L.kc, L.vc, L.bt, L.seq_lens[T], scale=scale,
-                                          k_scale=SCALE_K, v_scale=SCALE_V,
-                                          splits=cfg["splits"], variant=v, out_dtype=odt)
-                o = to_host(res.out)
-                tag = "fp16" if odt == "float16" else "fp32"
+            plan = acc_plans.get(v)
+            if plan is None:
+                raise RuntimeError(f"no timed plan at context {T}")
+            L.ws.fill_sentinel()                  # the timed plan, relaunched, writes it all
+            cuda.synchronize()
+            plan.launch(clock.stream)
+            clock.sync()
+            o16 = to_host(L.ws.out)
+            res = d2.verify_attention(L.q, L.kc, L.vc, L.bt, L.seq_lens[T], scale=scale,
+                                      k_scale=SCALE_K, v_scale=SCALE_V,
+                                      splits=cfg["splits"], variant=v, out_dtype="float32")
+            o32 = to_host(res.out)
+            for tag, o in (("fp16", o16), ("fp32", o32)):
                 r[f"rel_l2_{tag}"] = oracle.rel_l2(o, ref)
                 r[f"max_abs_{tag}"] = oracle.max_abs(o, ref)
+            if o16.tobytes() != o32.astype(np.float16).tobytes():
+                raise RuntimeError("the timed plan's FP16 output is not the RNE rounding of "
+                                   "the same call's FP32 output")
         except Exception as exc:  # noqa: BLE001
             r["error"] = f"{type(exc).__name__}: {exc}"
         rows[v] = r
@@ -709,7 +768,8 @@ def finish(record, out_dir: Path, cfg) -> int:
                       meta),
           f"Shape: B=1, Q={cfg['Q']}, Hq={cfg['Hq']}, Hkv={cfg['Hkv']}, D={cfg['D']}, E4M3 K/V, "
           f"page {cfg['page']}, {cfg['splits']} splits, {cfg['layers']} distinct layers; "
-          f"{record['config']['trials']} trials (median), variant order rotated per round. "
+          f"{record['config']['trials']} trials requested (median; the notes say where the "
+          f"budget cut them), variant order rotated per round. "
           f"FP32 floor % = contract floor ({INSTR_PER_ROW_KEY} FP32 instructions per (row, key) "
           f"at the measured FMA rate) / time; bandwidth % = modelled bytes / time / measured copy "
           f"bandwidth. The peers use tensor cores and materialise FP16 K/V, so their FP32-floor "

@@ -8,8 +8,16 @@ decay) and beta, use_qk_l2norm=True, zero initial state, final state returned; l
 T = 4096, 32768, 65536 (--lengths). Each variant call is ``plan_gdn(...).launch`` (kernels
 only: the plan's host checks, transfers and allocations happen once, before timing; the
 public ``gdn_prefill`` where ``plan_gdn`` is missing), timed with CUDA events after a
-warm-up call, median of >= 5 trials, variants (and the peer) in rotated order within each
-round; CUDA-graph replays of the same call beside it.
+warm-up call, median of --trials trials (at least min(5, --trials) where the budget runs
+out), variants (and the peer) in rotated order within each round; CUDA-graph replays of the
+same call beside it. Where one call's inputs and outputs fit twice in the L2, several input
+sets (more than twice the L2 in all) are made and every timed call, eager or replayed, goes
+through all of them in turn: the figure is the time per call.
+
+Exit status 1 (after writing the files) when a variant's call, graph replay or timed trial
+failed, a variant's accuracy is missing or past its bound (FP32 output and state 1e-5,
+FP16 output 2**-11 + 1e-5 relative L2), a requested length was skipped for the budget, or a
+ceiling was not measured; 3 when ``gdn_prefill`` is missing; 2 for usage errors.
 
 FP32 floor: about 130 kFLOP per token per value head (chunk C=64, K=V=128); the FLOP rate
 is 2 x the FMA instruction rate measured in the same run. Accuracy: relative L2 of the
@@ -43,7 +51,7 @@ import numpy as np  # noqa: E402
 
 import dflash2_numba as d2  # noqa: E402  (numpy shim before numba)
 from bench import _common as C  # noqa: E402
-from dflash2_numba._cli import positive_float, positive_int, positive_int_list  # noqa: E402
+from dflash2_numba._cli import positive_float, positive_int, positive_int_list, seed  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import oracle  # noqa: E402
@@ -60,15 +68,16 @@ def parse_args(argv=None):
                    help="comma-separated sequence lengths T")
     p.add_argument("--variants", default="all", help="comma-separated GDN variants, or 'all'")
     p.add_argument("--trials", type=positive_int, default=None,
-                   help="timed trials per item (default 7)")
+                   help="timed trials per item (default 7; 2 with --smoke)")
     p.add_argument("--target-ms", type=positive_float, default=30.0,
                    help="approximate length of one trial")
     p.add_argument("--acc-length", type=positive_int, default=None,
-                   help="length of the accuracy check vs the FP64 oracle (default 4096)")
+                   help="length of the accuracy check vs the FP64 oracle (default 4096; 70 "
+                        "with --smoke); the nearest timed length is checked")
     p.add_argument("--no-peers", action="store_true", help="skip flash-linear-attention")
     p.add_argument("--budget-s", type=positive_float, default=420.0,
                    help="wall-clock budget; optional work is skipped once it is spent")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0, help="input generator seed (an int >= 0)")
     args = p.parse_args(argv)
     args.variant_names = C.check_run_args(p, args, d2.gdn_variants(), "GDN", "gdn.py")
     return args
@@ -133,6 +142,28 @@ def cost_model(cfg, T):
               + B * T * HV * V * 2                             # o (fp16)
               + B * HV * K * V * 4)                            # final state
     return {"flop": flop, "bytes": nbytes, "tokens": B * T}
+
+
+def input_sets(call_bytes: int, l2_bytes) -> int:
+    """How many input sets a length's timed calls go through in turn: one, unless one
+    call's inputs and outputs fit twice in the L2; then the fewest whose bytes together
+    exceed twice the L2 (each call then finds little of its data left there)."""
+    if not l2_bytes or call_bytes > 2 * l2_bytes:
+        return 1
+    return 2 * int(l2_bytes) // int(call_bytes) + 1
+
+
+def in_turn(fns):
+    """One function that makes every call of ``fns`` (one per input set), in order."""
+    def run():
+        for fn in fns:
+            fn()
+    return run
+
+
+#: The bounds a variant's accuracy check must meet (``C.accuracy_failures``).
+ACCURACY_BOUNDS = {"rel_l2_out_fp32": C.FP32_REL_L2_BOUND, "rel_l2_state": C.FP32_REL_L2_BOUND,
+                   "rel_l2_out_fp16": C.CAST_REL_L2_BOUND}
 
 
 def roofline(cm, ms, ceil):
@@ -253,27 +284,35 @@ def fla_caller(torch, fla_fn, inputs, cfg, holder):
 
 
 def _host_results(get):
-    return [to_host(x) for x in get()[:2] if x is not None]
+    return [to_host(x) for x in get() if x is not None]
 
 
 def _poison(get) -> None:
-    """Fill the call's output and final state with NaN in place, on the device (torch
-    tensors and numba device arrays; the eager results are finite)."""
-    for x in get()[:2]:
+    """Fill the calls' outputs and final states (``get()``: a list of arrays) with NaN in
+    place, on the device: torch tensors (those made under ``torch.inference_mode()``, as
+    fla's are, filled under it too) and numba device arrays; the eager results are finite."""
+    for x in get():
         if x is None:
             continue
         if hasattr(x, "fill_"):
-            x.fill_(float("nan"))
+            if x.is_inference():
+                import torch
+
+                with torch.inference_mode():
+                    x.fill_(float("nan"))
+            else:
+                x.fill_(float("nan"))
         else:
             x.copy_to_device(np.full(x.shape, np.nan, dtype=x.dtype))
 
 
-def graph_item(items, labels, notes, torch, clock, key, label, launch, reps, get):
-    """Add ``key``: CUDA-graph replays of one call (``launch(numba_stream)`` captured into a
-    torch graph), timed like the eager item, after one replay's output and final state are
-    checked byte for byte against the eager call's (``get()``), NaN-filled before the
-    replay. Returns True when added, False when the replay differs (a note; not timed),
-    None when no graph was tried or the capture failed (a note; the eager figure stands)."""
+def graph_item(items, labels, notes, torch, clock, key, label, launch, reps, get, calls=1):
+    """Add ``key``: CUDA-graph replays of ``calls`` calls (one per input set;
+    ``launch(numba_stream)`` makes them all, captured into one torch graph), timed like the
+    eager item (the time per call), after one replay's outputs and final states are checked
+    byte for byte against the eager calls' (``get()``: a list of arrays), NaN-filled before
+    the replay. Returns True when added, False when the replay differs or the capture
+    failed (a note; no graph timed), None when no graph is tried (no torch, the simulator)."""
     if torch is None or launch is None or C.SIMULATOR:
         return None
     try:
@@ -288,11 +327,11 @@ def graph_item(items, labels, notes, torch, clock, key, label, launch, reps, get
         got = _host_results(get)
     except Exception as exc:  # noqa: BLE001
         notes.append(f"{key}: capture failed: {type(exc).__name__}: {str(exc)[:300]}")
-        return None
+        return False
     if len(got) != len(want) or any(a.tobytes() != b.tobytes() for a, b in zip(got, want)):
         notes.append(f"{key}: graph replay differs from the eager call; not timed")
         return False
-    items[key] = (lambda g=g, reps=reps: clock.time_ms(g.replay, reps))
+    items[key] = (lambda g=g, reps=reps: clock.time_ms(g.replay, reps) / calls)
     labels[key] = (label[0] + "/graph", label[1], label[2])
     return True
 
@@ -311,7 +350,11 @@ def main(argv=None) -> int:
     budget = C.Budget(args.budget_s)
     out_dir = C.out_dir(args.out)
     notes = []
+    failures = []        # what makes the exit status 1
     exit_code = 0
+    if acc_T != acc_req:
+        notes.append(f"accuracy checked at T = {acc_T}, the timed length nearest the "
+                     f"{acc_req} asked for")
 
     prefill, where = find_gdn_prefill()
     all_variants = d2.gdn_variants()
@@ -338,7 +381,8 @@ def main(argv=None) -> int:
     C.log(f"gdn bench on {meta.get('device')}; variants {variants}; lengths {lengths}; "
           f"shape B={cfg['B']} H={cfg['H']} HV={cfg['HV']} K={cfg['K']} V={cfg['V']}; "
           f"timing {clock.method}")
-    ceilings = C.measure_ceilings(clock, smoke=args.smoke)
+    ceilings = C.measure_ceilings(clock)
+    failures += C.ceiling_failures(ceilings)
 
     fla_fn, fla_err = None, None
     peer_info = {"name": "fla chunk_gated_delta_rule", "available": False}
@@ -374,62 +418,78 @@ def main(argv=None) -> int:
             continue
         cm = cost_model(cfg, T)
         l2 = meta.get("l2_bytes")
-        if l2 and cm["bytes"] <= 2 * l2:
-            # one input set is reused across trials (each call's scratch is larger still)
-            notes.append(f"T = {T}: one call's inputs and outputs ({cm['bytes'] / 1e6:.1f} MB) are "
-                         f"within 2x the L2 ({l2 / 1e6:.0f} MB); repeated calls may hit L2, "
-                         f"bandwidth fractions are flattered")
+        n_sets = input_sets(cm["bytes"], l2)
+        if n_sets > 1:
+            notes.append(f"T = {T}: one call's inputs and outputs ({cm['bytes'] / 1e6:.1f} MB) "
+                         f"fit twice in the L2 ({C.fmt(l2 and l2 / 1e6, '.0f')} MB): {n_sets} input "
+                         f"sets, every timed call goes through them in turn")
             C.log("  " + notes[-1])
-        C.log(f"T = {T}: generating inputs")
-        inputs = make_inputs(cfg, T, torch, rng)
+        C.log(f"T = {T}: generating {n_sets} input set(s)")
+        sets = [make_inputs(cfg, T, torch, rng) for _ in range(n_sets)]
+        inputs = sets[0]                # the accuracy check's
         items, labels, holders = {}, {}, {}
         for v in variants:
-            holder = {}
+            hs = [{} for _ in sets]
             t0 = time.perf_counter()
             try:
-                fn, kws, mode = variant_caller(prefill, inputs, v, clock.stream, holder)
+                fns = []
+                for inp, h in zip(sets, hs):
+                    fn, kws, mode = variant_caller(prefill, inp, v, clock.stream, h)
+                    fns.append(fn)
                 call_kwargs[v] = {"kwargs": kws, "timed": mode}
                 if not C.SIMULATOR:     # warm-up (compiles); on the simulator the trials suffice
-                    fn()
+                    for fn in fns:
+                        fn()
                     clock.sync()
             except Exception as exc:  # noqa: BLE001
                 msg = f"{v} @ T={T}: call failed: {type(exc).__name__}: {exc}"
                 notes.append(msg)
+                failures.append(msg)
                 C.log("  " + msg)
                 C.log(traceback.format_exc())
-                exit_code = max(exit_code, 1)
                 continue
             if not C.SIMULATOR:
                 C.log(f"  {v}: first call {time.perf_counter() - t0:.2f} s "
                       f"(includes compilation the first time)")
-            if C.SIMULATOR:
-                reps = 1
-            else:
-                reps = C.choose_reps(clock.time_ms(fn, 1), args.target_ms)
-            items[v] = (lambda fn=fn, reps=reps: clock.time_ms(fn, reps))
+            run_sets = in_turn(fns)
+            reps = 1 if C.SIMULATOR else C.choose_reps(clock.time_ms(run_sets, 1), args.target_ms)
+            items[v] = (lambda run_sets=run_sets, reps=reps: clock.time_ms(run_sets, reps) / n_sets)
             labels[v] = (v, "variant", reps)
-            holders[v] = holder
-            if graph_item(items, labels, notes, torch, clock, f"{v}/graph", (v, "variant", reps),
-                          holder.get("launch"), reps, holder.get("get")) is False:
-                exit_code = max(exit_code, 1)     # a variant's graph that lies is a failure
+            holders[v] = hs[0]
+            launches = [h.get("launch") for h in hs]
+            if all(launches):
+                if graph_item(items, labels, notes, torch, clock, f"{v}/graph",
+                              (v, "variant", reps),
+                              lambda s, launches=launches: [f(s) for f in launches], reps,
+                              lambda hs=hs: [x for h in hs for x in h["get"]()[:2]],
+                              calls=n_sets) is False:
+                    failures.append(notes[-1])    # a variant with no graph, or one that lies
         if fla_fn is not None and not budget.exceeded():
-            holder = {}
+            hs = [{} for _ in sets]
             t0 = time.perf_counter()
             try:
-                fn, desc = fla_caller(torch, fla_fn, inputs, cfg, holder)
-                fn()
+                fns = []
+                for inp, h in zip(sets, hs):
+                    fn, desc = fla_caller(torch, fla_fn, inp, cfg, h)
+                    fn()
+                    fns.append(fn)
                 torch.cuda.synchronize()
                 peer_info["available"] = True
                 peer_info["layout"] = desc
                 C.log(f"  fla: first calls {time.perf_counter() - t0:.1f} s (Triton compile/"
                       f"autotune); {desc}")
-                reps = C.choose_reps(clock.time_ms(fn, 1), args.target_ms)
-                items["fla"] = (lambda fn=fn, reps=reps: clock.time_ms(fn, reps))
+                run_sets = in_turn(fns)
+                reps = C.choose_reps(clock.time_ms(run_sets, 1), args.target_ms)
+                items["fla"] = (lambda run_sets=run_sets, reps=reps:
+                                clock.time_ms(run_sets, reps) / n_sets)
                 labels["fla"] = ("fla_chunk_gated_delta_rule", "peer", reps)
-                holders["fla"] = holder
-                graph_item(items, labels, notes, torch, clock, "fla/graph",
-                           ("fla_chunk_gated_delta_rule", "peer", reps),
-                           lambda _stream, fn=fn: fn(), reps, lambda: holder["res"])
+                holders["fla"] = hs[0]
+                if graph_item(items, labels, notes, torch, clock, "fla/graph",
+                              ("fla_chunk_gated_delta_rule", "peer", reps),
+                              lambda _stream, run_sets=run_sets: run_sets(), reps,
+                              lambda hs=hs: [x for h in hs for x in h["res"][:2]],
+                              calls=n_sets) is False:
+                    failures.append(notes[-1])    # the peer's figure is a graph replay's too
             except Exception as exc:  # noqa: BLE001
                 peer_info["error"] = f"{type(exc).__name__}: {str(exc)[:600]}"
                 C.log(f"  fla failed: {peer_info['error']}")
@@ -438,7 +498,7 @@ def main(argv=None) -> int:
         if items:
             C.log(f"  timing {len(items)} items x {trials} trials: {', '.join(items)}")
             times = C.alternating_trials(items, trials, budget, min_trials=min(5, trials),
-                                         notes=notes, label=f"T {T}")
+                                         notes=notes, label=f"T {T}", failures=failures)
             for key, ts in times.items():
                 impl, kind, reps = labels[key]
                 st = C.stats(ts)
@@ -448,7 +508,7 @@ def main(argv=None) -> int:
                 if key.endswith("/graph"):
                     timed = f"CUDA-graph replay of: {timed}"
                 row = {"length": T, "impl": impl, "kind": kind, "timed": timed,
-                       "reps_per_trial": reps,
+                       "reps_per_trial": reps, "input_sets": n_sets,
                        "ms": ms, "min_ms": st["min_ms"], "max_ms": st["max_ms"],
                        "trials": st["trials"], "trials_ms": st["trials_ms"]}
                 row.update(roofline(cm, ms, ceilings))
@@ -459,7 +519,7 @@ def main(argv=None) -> int:
         if T == acc_T:
             accuracy_at(cfg, T, inputs, prefill, variants, holders, torch, clock, accuracy,
                         notes)
-        del inputs, items, holders
+        del inputs, sets, items, holders
         gc.collect()
         if torch is not None:
             torch.cuda.synchronize()
@@ -467,6 +527,13 @@ def main(argv=None) -> int:
 
     if skipped:
         notes.append(f"time budget ({args.budget_s:.0f} s) spent: lengths {skipped} skipped")
+        failures.append(notes[-1])
+    if variants:
+        if not accuracy["rows"]:
+            failures.append(f"no accuracy check at T = {acc_T}"
+                            + (" (skipped for the budget)" if acc_T in skipped else ""))
+        failures += C.accuracy_failures(accuracy["rows"], ACCURACY_BOUNDS,
+                                        f"accuracy at T = {acc_T}")
     record = {
         "meta": meta,
         "config": {**cfg, "lengths": lengths, "variants": variants, "trials": trials,
@@ -481,10 +548,16 @@ def main(argv=None) -> int:
         "peers": {"fla": peer_info},
         "variants_described": {v: all_variants.get(v) for v in variants},
         "notes": notes,
+        "failures": failures,
         "elapsed_s": budget.elapsed(),
     }
     finish(record, out_dir, cfg)
-    return exit_code
+    if exit_code:
+        return exit_code
+    if failures:
+        print("\nFAILED (exit status 1):\n  " + "\n  ".join(failures))
+        return 1
+    return 0
 
 
 def accuracy_at(cfg, T, inputs, prefill, variants, holders, torch, clock, accuracy, notes):
@@ -574,7 +647,8 @@ def finish(record, out_dir: Path, cfg) -> None:
     peer = record["peers"]["fla"]
     md = [C.md_header("GDN prefill: per-rank shape", meta),
           f"Shape: B={cfg['B']}, H={cfg['H']}, HV={cfg['HV']}, K={cfg['K']}, V={cfg['V']}, FP16 "
-          f"q/k/v, FP32 g/beta, use_qk_l2norm; {record['config']['trials']} trials (median), "
+          f"q/k/v, FP32 g/beta, use_qk_l2norm; {record['config']['trials']} trials requested "
+          f"(median; the notes say where the budget cut them), "
           f"order rotated per round. Floor: {FLOP_PER_TOKEN_HEAD / 1e3:.0f} kFLOP per token per "
           f"value head.",
           "", ceil_line, "",

@@ -45,6 +45,8 @@ BAD = [
     ("gdn.py", ["--acc-length", "-3"], "--acc-length"),
     ("gdn.py", ["--variants", ""], "--variants"),
     ("gdn.py", ["--variants", "frozen"], "--variants"),              # an attention name
+    ("attention.py", ["--seed", "-1"], "--seed"),                     # numpy's generators refuse it
+    ("gdn.py", ["--seed", "x"], "--seed"),
 ]
 
 

@@ -1,0 +1,140 @@
+"""What makes a timing script exit 1: a variant whose accuracy is missing, not finite or
+past its bound, a timed trial that raised, a requested context or length skipped for the
+budget, a ceiling not measured. And the GDN bench's input sets, rotated where one call's
+data fits twice in the L2. Simulator runs of the ``--smoke`` shape, in process where the
+oracle is swapped for a wrong one."""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    if str(REPO) not in sys.path:
+        monkeypatch.syspath_prepend(str(REPO))
+    monkeypatch.delenv("OUT", raising=False)
+    from bench import _common as C
+
+    return C
+
+
+def _run(script, args, tmp_path):
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env.pop("OUT", None)
+    return subprocess.run([sys.executable, str(REPO / "bench" / script), *args], cwd=str(tmp_path),
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_accuracy_failures_judge_variants_only(bench):
+    C = bench
+    bounds = {"rel_l2_fp32": 1e-5, "rel_l2_fp16": 5e-4}
+    rows = {
+        "good": {"kind": "variant", "rel_l2_fp32": 3e-7, "rel_l2_fp16": 2e-4},
+        "far": {"kind": "variant", "rel_l2_fp32": 2e-5, "rel_l2_fp16": 2e-4},
+        "nan": {"kind": "variant", "rel_l2_fp32": math.nan, "rel_l2_fp16": 2e-4},
+        "missing": {"kind": "variant", "rel_l2_fp16": 2e-4},
+        "raised": {"kind": "variant", "error": "RuntimeError: boom"},
+        "peer": {"kind": "peer", "rel_l2_fp16": 0.5},
+    }
+    got = C.accuracy_failures(rows, bounds, "here")
+    assert not [m for m in got if "good" in m or "peer" in m], got
+    for name in ("far", "nan", "missing", "raised"):
+        assert [m for m in got if m.startswith(f"here: {name}:")], (name, got)
+    assert len(got) == 4
+
+
+def test_a_trial_that_raises_is_a_failure(bench):
+    C = bench
+    calls = []
+
+    def ok():
+        calls.append(1)
+        return 1.0
+
+    def boom():
+        raise RuntimeError("launch failed")
+
+    notes, failures = [], []
+    times = C.alternating_trials({"ok": ok, "boom": boom}, 3, C.Budget(60.0), min_trials=3,
+                                 notes=notes, label="T 70", failures=failures)
+    assert times == {"ok": [1.0, 1.0, 1.0], "boom": []}
+    assert failures == ["T 70 boom: trial failed: RuntimeError: launch failed"]
+    assert failures[0] in notes
+
+
+def test_a_ceiling_not_measured_is_a_failure(bench):
+    C = bench
+    ceilings = {"fma": {"fma_instr_per_s": 3e13}, "copy": {"error": "OSError: x", "bytes_per_s": None}}
+    assert C.ceiling_failures(ceilings) == ["ceiling copy not measured: OSError: x"]
+    assert C.ceiling_failures({"fma": {"fma_instr_per_s": 1.0}, "copy": {"bytes_per_s": 1.0}}) == []
+
+
+@pytest.mark.parametrize("script,variant", [("attention.py", "frozen"), ("gdn.py", "chunked")])
+def test_a_budget_that_skips_everything_is_a_failure(script, variant, tmp_path):
+    out = tmp_path / "out"
+    proc = _run(script, ["--smoke", "--out", str(out), "--variants", variant, "--no-peers",
+                         "--budget-s", "0.001"], tmp_path)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    failed = proc.stdout[proc.stdout.index("FAILED"):]
+    assert "skipped" in failed and "no accuracy check" in failed, failed
+    assert (out / script.replace(".py", ".json")).is_file()
+
+
+def test_gdn_accuracy_past_its_bound_is_a_failure(bench, monkeypatch, tmp_path, capsys):
+    import bench.gdn as G
+
+    real = G.oracle.gdn_reference
+    monkeypatch.setattr(G.oracle, "gdn_reference",
+                        lambda *a, **k: tuple(np.asarray(x) * 1.001 for x in real(*a, **k)))
+    rc = G.main(["--smoke", "--out", str(tmp_path), "--variants", "chunked", "--trials", "1"])
+    failed = capsys.readouterr().out
+    assert rc == 1, failed
+    for key in ("rel_l2_out_fp32", "rel_l2_state"):     # 1e-3 off: past 1e-5
+        assert f"chunked: {key} = " in failed, failed
+
+
+def test_attention_accuracy_past_its_bound_is_a_failure(bench, monkeypatch, tmp_path, capsys):
+    import bench.attention as A
+
+    real = A.oracle.attention_reference
+    monkeypatch.setattr(A.oracle, "attention_reference",
+                        lambda *a, **k: np.asarray(real(*a, **k)) * 1.001)
+    rc = A.main(["--smoke", "--out", str(tmp_path), "--variants", "frozen", "--trials", "1",
+                 "--contexts", "160"])
+    failed = capsys.readouterr().out
+    assert rc == 1, failed
+    for key in ("rel_l2_fp32", "rel_l2_fp16"):          # 1e-3 off: past 1e-5 and 4.98e-4
+        assert f"frozen: {key} = " in failed, failed
+
+
+def test_gdn_input_sets_cover_twice_the_l2(bench):
+    import bench.gdn as G
+
+    assert G.input_sets(34_700_000, 52_000_000) == 3           # 104.1 MB > 104 MB
+    assert G.input_sets(26, 52) == 5                           # 4 x 26 = 104 is not past it
+    assert G.input_sets(105, 52) == 1 and G.input_sets(10, None) == 1
+    for call, l2 in ((34_700_000, 52_000_000), (26, 52), (1, 7)):
+        n = G.input_sets(call, l2)
+        assert n * call > 2 * l2 and (n - 1) * call <= 2 * l2
+
+
+def test_gdn_rotated_input_sets_run(bench, monkeypatch, tmp_path):
+    import json
+
+    import bench.gdn as G
+
+    monkeypatch.setattr(G, "input_sets", lambda call_bytes, l2: 2)
+    rc = G.main(["--smoke", "--out", str(tmp_path), "--variants", "chunked", "--trials", "1"])
+    data = json.loads((tmp_path / "gdn.json").read_text())
+    assert rc == 0, data["failures"]
+    assert [r["input_sets"] for r in data["results"]] == [2]
+    assert not data["failures"]
