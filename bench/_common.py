@@ -355,6 +355,24 @@ def accuracy_failures(rows: Dict[str, dict], bounds: Dict[str, float], where: st
     return out
 
 
+def closing_failures(notes: List[str], *, skipped: Sequence[int], what: str, budget_s: float,
+                     acc_at: int, acc_where: str, acc_rows: Dict[str, dict],
+                     bounds: Dict[str, float], judge: bool) -> List[str]:
+    """A run's last failures: the contexts or lengths (``what``) skipped for the budget
+    (also a note) and, where variants ran (``judge``), a missing accuracy check or a
+    variant past its bounds (:func:`accuracy_failures`)."""
+    out = []
+    if skipped:
+        notes.append(f"time budget ({budget_s:.0f} s) spent: {what} {list(skipped)} skipped")
+        out.append(notes[-1])
+    if judge:
+        if not acc_rows:
+            out.append(f"no accuracy check at {acc_where}"
+                       + (" (skipped for the budget)" if acc_at in skipped else ""))
+        out += accuracy_failures(acc_rows, bounds, f"accuracy at {acc_where}")
+    return out
+
+
 # --------------------------------------------------------------------------- ceilings
 
 FMA_CHAINS = 16   # independent FMA chains per thread

@@ -600,15 +600,10 @@ def main(argv=None) -> int:
             torch.cuda.empty_cache()
         gc.collect()
 
-    if skipped:
-        notes.append(f"time budget ({args.budget_s:.0f} s) spent: contexts {skipped} skipped")
-        failures.append(notes[-1])
-    if variants:
-        if not accuracy["rows"]:
-            failures.append(f"no accuracy check at context {acc_ctx}"
-                            + (" (skipped for the budget)" if acc_ctx in skipped else ""))
-        failures += C.accuracy_failures(accuracy["rows"], ACCURACY_BOUNDS,
-                                        f"accuracy at context {acc_ctx}")
+    failures += C.closing_failures(notes, skipped=skipped, what="contexts",
+                                   budget_s=args.budget_s, acc_at=acc_ctx,
+                                   acc_where=f"context {acc_ctx}", acc_rows=accuracy["rows"],
+                                   bounds=ACCURACY_BOUNDS, judge=bool(variants))
 
     described = d2.attention_variants()
     record = {

@@ -525,15 +525,10 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
 
-    if skipped:
-        notes.append(f"time budget ({args.budget_s:.0f} s) spent: lengths {skipped} skipped")
-        failures.append(notes[-1])
-    if variants:
-        if not accuracy["rows"]:
-            failures.append(f"no accuracy check at T = {acc_T}"
-                            + (" (skipped for the budget)" if acc_T in skipped else ""))
-        failures += C.accuracy_failures(accuracy["rows"], ACCURACY_BOUNDS,
-                                        f"accuracy at T = {acc_T}")
+    failures += C.closing_failures(notes, skipped=skipped, what="lengths",
+                                   budget_s=args.budget_s, acc_at=acc_T,
+                                   acc_where=f"T = {acc_T}", acc_rows=accuracy["rows"],
+                                   bounds=ACCURACY_BOUNDS, judge=bool(variants))
     record = {
         "meta": meta,
         "config": {**cfg, "lengths": lengths, "variants": variants, "trials": trials,
