@@ -153,6 +153,20 @@ def test_fma_near_overflow_ties_match_the_exact_rounding():
     assert {"inf", "-inf", str(np.finfo(np.float32).max)} <= outcomes    # both sides reached
 
 
+def test_host_emulations_fma32_matches_the_exact_rounding_near_overflow():
+    """The numpy fma of the host emulations (``gdn.emulate.fma32``, also attention's), over
+    all the near-overflow cases at once: the overflow midpoint resolved as the simulator's."""
+    from dflash2_numba.gdn.emulate import fma32
+
+    a, b, c = (np.array(x, dtype=np.float32) for x in zip(*_near_overflow_cases()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        got = fma32(a, b, c)
+        want = [_exact_fma(*abc) for abc in zip(a, b, c)]
+    bad = [(x, y, z, g, w) for x, y, z, g, w in zip(a, b, c, got, want) if not _same(g, w)]
+    assert not bad, bad[:5]
+
+
 def test_fma_stays_correctly_rounded_elsewhere():
     rng = np.random.default_rng(7)
     cases = []

@@ -20,6 +20,7 @@ from ..contract import GDN_CHUNK, GDN_L2NORM_EPS
 
 F32 = np.float32
 F64 = np.float64
+OVERFLOW_MIDPOINT = 2.0 ** 128 - 2.0 ** 103      # between FLT_MAX and 2**128: rounds to inf
 
 
 def fma32(a, b, c):
@@ -28,6 +29,8 @@ def fma32(a, b, c):
     The float64 product of two float32 values is exact; the float64 sum is rounded once,
     and rounding it again to float32 is wrong only when it lands exactly on a float32
     midpoint while the exact sum does not; the exact error of the sum (TwoSum) decides.
+    The overflow threshold ``2**128 - 2**103`` is such a midpoint too: a sum rounded onto it
+    from below gives FLT_MAX, not inf (as :func:`dflash2_numba._compat.fma32_exact`).
     """
     a = np.asarray(a, dtype=F32)
     b = np.asarray(b, dtype=F32)
@@ -57,6 +60,9 @@ def fma32(a, b, c):
             pick_g = (ev > 0) == (gv.astype(F64) > fv.astype(F64))
             fv = np.where(tie & pick_g, gv, fv)
             f[idx] = fv
+        ev = np.broadcast_to(err, s.shape)
+        below = cand & np.isinf(f) & (np.abs(s) == OVERFLOW_MIDPOINT) & ((ev > 0) != (s > 0))
+        f[below] = np.copysign(np.finfo(F32).max, s[below]).astype(F32)
     return f[0] if scalar else f
 
 
