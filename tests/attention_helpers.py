@@ -17,15 +17,17 @@ def run(d2, c, **kw):
     return d2.verify_attention(**args)
 
 
-def sentinel_run(d2, c, variant, splits):
+def sentinel_run(d2, c, variant, splits, out_dtype="float16"):
     """``(result, guards_intact)`` of ``verify_attention`` into a fresh workspace filled with
     the sentinel: the whole ``partial`` / ``lse`` then compare byte for byte between calls,
     the splits the contract leaves unwritten (s >= A) included, where a fresh device array
     would hold whatever its memory held before."""
     B, Q, Hq, D = c["q"].shape
-    ws = d2.AttentionWorkspace(batch=B, q_len=Q, heads=Hq, head_dim=D, splits=splits)
+    ws = d2.AttentionWorkspace(batch=B, q_len=Q, heads=Hq, head_dim=D, splits=splits,
+                               out_dtype=out_dtype)
     ws.fill_sentinel()
-    r = d2.verify_attention(**c, splits=splits, variant=variant, workspace=ws)
+    r = d2.verify_attention(**c, splits=splits, variant=variant, workspace=ws,
+                            out_dtype=out_dtype)
     return r, ws.guards_intact()
 
 

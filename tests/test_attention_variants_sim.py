@@ -2,7 +2,8 @@
 
 For each case both variants run into sentinel-filled workspaces; the FP16 output, the whole
 ``partial`` and the whole ``lse`` (including the splits >= A that must keep the sentinel)
-must be the same bytes, and every guard must hold. The simulator's dynamic shared memory is
+must be the same bytes, and every guard must hold; the main cases also compare the FP32
+output (the combine's own bits, which the FP16 rounding can hide). The simulator's dynamic shared memory is
 poisoned (all bits set: NaN) so a read of a shared value nothing wrote cannot pass.
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ CASES = {
     # rows of zero and negative length, a row shorter than one tile
     "T300_q3_g6_zero_rows": (4, 1, 3, 6, 1, 64, 32, [300], 8,
                              np.array([[0, 300, 17]], np.int32)),
-    # D = 256, G = 6, Q = 1 (6 rows), T = 70 -> A = 2 = S; first row group only
+    # D = 256, G = 6, Q = 1 (6 rows), T = 70 -> A = 1 < S = 2; first row group only
     "T70_d256_q1_g6": (5, 1, 1, 6, 1, 256, 16, [70], 2, None),
 }
 
@@ -58,6 +59,20 @@ def test_bitwise_equal_to_frozen(name, variant):
     T = int(rows[0].max()) if rows is not None else seq[0]
     A = active_splits(T, splits)
     assert np.all(ref.partial[0, A:] == d2.SENTINEL)
+
+
+@pytest.mark.parametrize("variant", FAST_VARIANTS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_fp32_output_equal_to_frozen(name, variant):
+    """The FP32 output too: the FP16 rounding hides a one-ulp change in the combine."""
+    seed, B, Q, Hq, Hkv, D, page, seq, splits, rows = CASES[name]
+    c = case(np.random.default_rng(seed), B=B, Q=Q, Hq=Hq, Hkv=Hkv, D=D, page_size=page,
+             seq_lens=seq, row_lengths=rows, strided=True)
+    ref, g_ref = sentinel_run(d2, c, "frozen", splits, out_dtype="float32")
+    got, g_got = sentinel_run(d2, c, variant, splits, out_dtype="float32")
+    assert g_ref and g_got, "a guard element was written"
+    assert got.out.dtype == np.float32 and got.out.tobytes() == ref.out.tobytes(), \
+        "FP32 output differs from frozen"
 
 
 @pytest.mark.parametrize("variant", FAST_VARIANTS)
@@ -150,26 +165,29 @@ def _nan_case(seed, D, which, codes):
 
 
 # tiled_wide is built for the production head dim only: its own cases, all at D = 256
-# (seed, B, Q, Hq, Hkv, D, page, seq_lens, splits, row_lengths, strided)
+# (seed, B, Q, Hq, Hkv, D, page, seq_lens, splits, row_lengths, strided[, cache scales])
+# cache scales neither 1 nor a power of two (k_scale rounds qk_scale, v_scale the partials)
+# on the byte path and on the 16-byte path: a kernel that drops either one differs from frozen
+SCALES = dict(k_scale=0.37, v_scale=1.3)
 WIDE_CASES = {
-    # G = 6, Q = 1 (6 rows), T = 70 -> A = 2 = S; 16-byte loads
+    # G = 6, Q = 1 (6 rows), T = 70 -> A = 1 < S = 2; 16-byte loads
     "T70_q1_g6": (5, 1, 1, 6, 1, 256, 16, [70], 2, None, False),
     # G = 6, Q = 3 (18 rows: a full and a nearly empty row group), S = 8 > A = 5, rows of zero
     # and negative length, a row shorter than one tile, padded strides (the byte path)
     "T300_q3_g6_zero_rows": (4, 1, 3, 6, 1, 256, 32, [300], 8,
-                             np.array([[0, 300, 17]], np.int32), True),
+                             np.array([[0, 300, 17]], np.int32), True, SCALES),
     # two KV heads, Q = 8, page 5 (chunks cross pages inside a tile: the block-table recompute),
     # A = 3 but S = 2; a second request shorter than one tile
-    "T129_q8_g1_two_heads": (3, 2, 8, 2, 2, 256, 5, [129, 9], 2, None, False),
+    "T129_q8_g1_two_heads": (3, 2, 8, 2, 2, 256, 5, [129, 9], 2, None, False, SCALES),
 }
 
 
 @pytest.mark.parametrize("name", list(WIDE_CASES))
 def test_tiled_wide_bitwise_equal_to_frozen(name):
-    seed, B, Q, Hq, Hkv, D, page, seq, splits, rows, strided = WIDE_CASES[name]
+    seed, B, Q, Hq, Hkv, D, page, seq, splits, rows, strided, *scales = WIDE_CASES[name]
     rng = np.random.default_rng(seed)
     c = case(rng, B=B, Q=Q, Hq=Hq, Hkv=Hkv, D=D, page_size=page, seq_lens=seq,
-             row_lengths=rows, strided=strided)
+             row_lengths=rows, strided=strided, **(scales[0] if scales else {}))
     ref = _assert_same(c, splits, "tiled_wide")
     T = int(rows[0].max()) if rows is not None else seq[0]
     assert np.all(ref.partial[0, active_splits(T, splits):] == d2.SENTINEL)

@@ -1,6 +1,6 @@
 """The batched combine (``combine_batched``) against frozen's combine, byte for byte, on the
 CUDA simulator, on workspaces built to reach its edges: active split counts that are not a
-multiple of its 16-load batch, splits that are not live (m = -1e30) first, last and between,
+multiple of its 16-load batch and one (80, production's) above its 64 threads, splits that are not live (m = -1e30) first, last and between,
 a NaN in m and in partial, rows that see nothing, head dims 64 / 128 / 256 (one to four
 64-column CTAs a row), FP16 and FP32 output; and the register-tiled variants' use of it: the
 batched kernel up to its shared arrays' ``MAX_SPLITS`` splits, frozen's combine above, the
@@ -64,6 +64,10 @@ EDGES = [
     ("A17_dead_first_last", 17 * 64, 20, (0, 16), None, None),
     ("A33_dead_between_nan_m", 2100, 40, (5, 16, 17), 20, None),
     ("A16_nan_partial", 16 * 64, 16, (15,), None, 3),
+    # production's 80 splits: more active splits than the kernel's 64 threads, so each thread
+    # stages and weighs a second split (s = tid + 64); dead splits before and past 64, a NaN
+    # partial past 64, and S = 100 > A (splits 80..99 NaN, unread)
+    ("A80_dead_past_64_nan_partial", 80 * 64, 100, (3, 64, 79), None, 70),
 ]
 
 

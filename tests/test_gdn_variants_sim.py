@@ -4,7 +4,7 @@ FP32 and the FP16 output, the final state, and the state-cache server form (cont
 byte comparison; -0.0 != +0.0, NaNs by payload).
 
 Coverage: T = 1, 63, 64, 65, 130; a packed batch with lengths 0 / 1 / 65 / 63 / 5; GVA
-1 / 2 / 3; with and without l2norm and initial state; (K, V) = (32, 32), (64, 32), (128, 128);
+1 / 2 / 3, and two q/k heads of two value heads each; with and without l2norm and initial state; (K, V) = (32, 32), (64, 32), (128, 128);
 decay edge cases (g = 0, beta = 0 / 1, strong decay); non-finite inputs with the host checks
 off; the server form with numpy and device caches; the variant's own launch knobs.
 The frozen kernel's result of each case is computed once and shared by every variant."""
@@ -72,6 +72,9 @@ CASES = {
         lambda: _no_l2(_case(107, T=65, H=1, HV=2, K=64, V=32, dtype=np.float16, state=False)),
         {"use_qk_l2norm": False, "scale": 0.3}),
     "K128_V128_T20": (lambda: _case(108, T=20, K=128, V=128), {}),
+    # two q/k heads of two value heads each: a head map that mixes them up shows only
+    # with H > 1 and HV / H > 1
+    "H2_HV4_packed_3_67": (lambda: _case(110, T=70, H=2, HV=4, cu=[0, 3, 70]), {}),
     "decay_edges": (_edge_case, {}),
     "nonfinite_nocheck": (_nonfinite_case, {"check_values": False}),
 }

@@ -17,6 +17,7 @@ from dflash2_numba._compat import cuda
 from dflash2_numba.attention import frozen
 from dflash2_numba.contract import EXP_CLAMP, LIVE_M_THRESHOLD, NEG_INF
 from dflash2_numba.screen import main as screen_main
+from dflash2_numba.screen.cases import gdn_matrix
 
 F0 = np.float32(0.0)
 F1 = np.float32(1.0)
@@ -186,26 +187,115 @@ def test_screen_oracle_gate_catches_what_bytes_cannot():
             assert "a row with no visible key is not +0" in r.problems, (state, r.problems)
 
 
-def test_screen_reports_unsupported_without_failing(tmp_path):
-    def run(plan, stream):  # pragma: no cover - never reached
-        raise AssertionError("launched")
-
+@pytest.fixture
+def narrow_variant():
+    """A variant (frozen's kernels) that supports only Q = 2."""
     def supports(shape):
-        raise d2.UnsupportedShape("only D=128")
+        if shape["Q"] != 2:
+            raise d2.UnsupportedShape(f"narrow: only Q = 2, not {shape['Q']}")
 
     _registry.register(_registry.Variant(name="narrow", family="attention", description="test",
-                                         contract="A", kernels=(), run=run, supports=supports,
+                                         contract="A", kernels=frozen.VARIANT.kernels,
+                                         run=frozen.run, supports=supports,
                                          bitwise_reference="frozen"))
-    try:
-        out = tmp_path / "s.json"
-        rc = screen_main(["attention", "--contexts", "40", "--variants", "narrow", "--json", str(out)])
-        import json
+    yield "narrow"
+    _registry.unregister("attention", "narrow")
 
-        rows = {r["variant"]: r for r in json.loads(out.read_text())["rows"]}
-        assert rows["narrow"]["status"] == "unsupported"
-        assert rc == 0
-    finally:
-        _registry.unregister("attention", "narrow")
+
+def _tiny_matrix(*Qs):
+    from dflash2_numba.screen.cases import AttentionCaseSpec
+
+    def matrix(quick, contexts=None):
+        return [AttentionCaseSpec(f"q{Q} T=40", B=1, Q=Q, Hq=2, Hkv=1, D=64, page_size=16,
+                                  seq_lens=[40], splits=2, seed=Q) for Q in Qs]
+    return matrix
+
+
+def test_screen_reports_unsupported_without_failing_where_some_case_checks(
+        narrow_variant, monkeypatch, tmp_path):
+    """A variant unsupported on some cases of the run and checked on another: the refused
+    cases are reported 'unsupported', the run passes."""
+    import json
+
+    from dflash2_numba.screen import cases
+
+    monkeypatch.setattr(cases, "attention_matrix", _tiny_matrix(1, 2))
+    out = tmp_path / "s.json"
+    rc = screen_main(["attention", "--variants", narrow_variant, "--json", str(out)])
+    rows = {(r["variant"], r["case"]): r for r in json.loads(out.read_text())["rows"]}
+    assert rows["narrow", "q1 T=40"]["status"] == "unsupported"
+    checked = rows["narrow", "q2 T=40"]
+    assert checked["status"] == "ok" and checked["bitwise"] is True
+    assert {r["case"] for r in rows.values()} == {"q1 T=40", "q2 T=40"}, "a never-checked row"
+    assert rc == 0
+
+
+def test_screen_fails_a_variant_unsupported_on_every_case(narrow_variant, monkeypatch, tmp_path,
+                                                          capsys):
+    """A variant the run selected and never checked (every case refused it) fails the run
+    with a message saying so, its reference (frozen, unselected) excepted; the refused
+    cases themselves stay 'unsupported'."""
+    import json
+
+    from dflash2_numba.screen import cases
+
+    monkeypatch.setattr(cases, "attention_matrix", _tiny_matrix(1))
+    out = tmp_path / "s.json"
+    rc = screen_main(["attention", "--variants", narrow_variant, "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 1, text[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["status"] for r in rows if r["variant"] == "frozen"] == ["ok"]
+    narrow = {r["case"]: r for r in rows if r["variant"] == "narrow"}
+    assert narrow["q1 T=40"]["status"] == "unsupported"
+    bad = narrow["every case"]
+    assert bad["status"] == "FAIL" and any("never checked" in p for p in bad["problems"])
+    assert "never checked" in text and "1 failed" in text
+
+
+def test_quick_screen_fails_tiled_wide_on_contexts_it_never_runs(capsys):
+    """--contexts builds head-dim-64 cases only, which tiled_wide (head dim 256) refuses
+    each: the run must not pass it unchecked."""
+    d2.route_counters(reset=True)
+    rc = screen_main(["attention", "--quick", "--contexts", "40", "--variants", "tiled_wide"])
+    text = capsys.readouterr().out
+    assert rc == 1 and "never checked" in text, text[-3000:]
+    assert "attention.tiled_wide.split" not in "".join(d2.route_counters())
+
+
+def test_never_checked_names_only_variants_refused_everywhere():
+    from dflash2_numba.screen.attention import Row
+    from dflash2_numba.screen.report import never_checked
+
+    def row(variant, case, status):
+        return Row("attention", case, "live", variant, 40, status=status)
+
+    rows = [row("frozen", "a", "unsupported"), row("wide", "a", "unsupported"),
+            row("some", "a", "unsupported"), row("bad", "a", "unsupported"),
+            row("frozen", "b", "unsupported"), row("wide", "b", "unsupported"),
+            row("some", "b", "ok"), row("bad", "b", "FAIL")]
+    assert never_checked(rows) == ["frozen", "wide"]
+    assert never_checked(rows, exempt={"frozen"}) == ["wide"]
+    assert never_checked([]) == []
+
+
+def test_gdn_screen_fails_a_variant_refused_on_every_case(monkeypatch):
+    """The GDN screen's rows end, as the attention screen's, with one failing "every case"
+    row per variant no case supports (its bitwise reference excepted)."""
+    from dflash2_numba.screen import gdn as screen_gdn
+    from dflash2_numba.screen.attention import NEVER_CHECKED_CASE, Row
+
+    def fake_case(spec, names, **_):
+        return [Row("gdn", spec.name, "live", n, spec.T,
+                    status="unsupported" if n in ("chunked", "chunked_ahead") else "ok")
+                for n in names]
+
+    monkeypatch.setattr(screen_gdn, "screen_case", fake_case)
+    specs = gdn_matrix(quick=True)[:2]
+    rows = screen_gdn.run_gdn(specs, ["chunked", "chunked_ahead", "serial"], timing=False)
+    extra = [r for r in rows if r.case == NEVER_CHECKED_CASE]
+    assert [(r.family, r.variant, r.status) for r in extra] == [("gdn", "chunked_ahead", "FAIL")]
+    assert "never checked" in extra[0].problems[0] and extra[0].context == max(s.T for s in specs)
 
 
 def test_quick_screen_command_passes(tmp_path):
@@ -218,6 +308,16 @@ def test_quick_screen_command_passes(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "failed" in proc.stdout and " 0 failed" in proc.stdout
     assert (tmp_path / "q.png").stat().st_size > 1000
+    import json
+
+    rows = json.loads((tmp_path / "q.json").read_text())["rows"]
+    # every variant checked somewhere (tiled_wide: the D = 256 case); that case has 18 query
+    # rows (a second row group of 16) and every D = 256 variant runs it, byte-equal to frozen
+    assert {r["variant"] for r in rows if r["family"] == "attention" and r["status"] == "ok"} \
+        == set(_registry.variants("attention"))
+    wide = {r["variant"]: r for r in rows if r["family"] == "attention" and "D=256" in r["case"]}
+    assert set(wide) == set(_registry.variants("attention"))
+    assert all(r["status"] == "ok" and r["bitwise"] in (None, True) for r in wide.values()), wide
 
 
 def test_commit_named_by_the_caller_wins(monkeypatch):

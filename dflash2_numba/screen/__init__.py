@@ -5,7 +5,8 @@
 
 With no GPU it re-runs itself on numba's CUDA simulator and runs the quick matrix.
 Exit status 1 when any check fails (oracle bound, bitwise equality, guards, route audit,
-a crash); unsupported shapes are reported and do not fail the run. Exit status 2 for a
+a crash, a selected variant unsupported on every case: never checked); a variant
+unsupported on some cases is reported there and checked on the others. Exit status 2 for a
 usage error (malformed --contexts, a --variants name no screened family registers, a
 --json / --plot path whose folder cannot be written), before any check runs.
 """

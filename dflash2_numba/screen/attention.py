@@ -7,7 +7,8 @@ FP16 output, one with an FP32 output), and the case's length states run in seque
 same buffers, so stale data from one state would show up in the next. In the live state the
 FP16 call takes the default causal rows (``row_lengths=None``) and the FP32 call the same rows
 given explicitly, so both paths are screened, and the "restored" state (explicit rows) must
-give the live state's FP16 bytes again.
+give the live state's FP16 bytes again. A variant unsupported on every case of a run fails
+it (one "every case" row): a variant the run never checked must not pass.
 """
 from __future__ import annotations
 
@@ -23,9 +24,11 @@ from .._compat import cuda
 from ..attention.api import plan_attention
 from ..workspace import AttentionWorkspace
 from .cases import LENGTH_STATES, AttentionCaseSpec, row_lengths_for_state
+from .report import never_checked
 from .variant_steps import audit_route, bitwise_checks, launch_variant
 
 FP32_REL_BOUND = 1e-5
+NEVER_CHECKED_CASE = "every case"      # the case of the row that fails a never-checked variant
 
 
 @dataclass
@@ -206,11 +209,31 @@ def _oracle_checks(row: Row, snap: dict, ref: np.ndarray) -> None:
 
 def run_attention(specs: List[AttentionCaseSpec], variant_names: List[str], *, timing: bool,
                   mp_check: bool = False, progress=None) -> List[Row]:
+    """Every case of ``specs`` for every variant; then one failing row ("every case") per
+    variant that was unsupported on every case, so that a variant the run never checked
+    fails it (its bitwise reference, added for the others, excepted)."""
     rows: List[Row] = []
     for spec in specs:
         rows.extend(screen_case(spec, variant_names, timing=timing, mp_check=mp_check,
                                 progress=progress))
-    return rows
+    return rows + never_checked_rows("attention", rows, variant_names, len(specs),
+                                     max((s.context for s in specs), default=0))
+
+
+def never_checked_rows(family: str, rows: List[Row], variant_names: List[str], n_cases: int,
+                       context: int) -> List[Row]:
+    """One failing row ("every case") per variant of ``family`` that ``rows`` show
+    unsupported on every case (:func:`.report.never_checked`; the run's bitwise references,
+    added for the others' byte comparison, excepted)."""
+    registry = _registry.variants(family)
+    refs = {registry[n].bitwise_reference for n in variant_names} - {None}
+    out = []
+    for name in never_checked(rows, exempt=refs):
+        row = Row(family, NEVER_CHECKED_CASE, "-", name, context)
+        row.fail(f"never checked: unsupported on every case of this run ({n_cases} cases); "
+                 f"screen it on cases it supports or leave it out of --variants")
+        out.append(row)
+    return out
 
 
 def expected_steps(specs: List[AttentionCaseSpec], n_variants: int) -> int:

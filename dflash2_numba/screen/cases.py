@@ -78,6 +78,10 @@ def attention_matrix(quick: bool, contexts: Optional[List[int]] = None) -> List[
                               length_states=True, seed=4, **base),
             AttentionCaseSpec("q3 batch mixed G=2", B=2, Q=3, Hq=4, Hkv=2, D=64, page_size=16,
                               seq_lens=[17, 140], splits=3, seed=5, **CACHE_SCALES),
+            # the production head dim (tiled_wide's only one) and G = 6, Q = 3: 18 query rows,
+            # so a second row group of 16 runs; T = 140: A = 3 of S = 4 splits (2, 2, 1 tiles)
+            AttentionCaseSpec("q3 T=140 D=256 G=6 rows=18", B=1, Q=3, Hq=6, Hkv=1, D=256,
+                              page_size=16, seq_lens=[140], splits=4, seed=6, **CACHE_SCALES),
         ]
         if contexts:
             specs = [AttentionCaseSpec(f"q2 T={T}", B=1, Q=2, seq_lens=[T], splits=4, seed=T, **base)
@@ -117,6 +121,7 @@ class GdnCaseSpec:
     initial_state: bool = False
     use_qk_l2norm: bool = True
     seed: int = 0
+    scale: Optional[float] = None             # the query scale; None: K ** -0.5
     extra: Dict = field(default_factory=dict)
 
     def build(self) -> Dict:
@@ -135,7 +140,8 @@ class GdnCaseSpec:
         v = rng.standard_normal((1, self.T, self.HV, self.V)).astype(dt)
         g = (-np.abs(rng.standard_normal((1, self.T, self.HV))) * 0.1).astype(np.float32)
         beta = rng.uniform(0.05, 1.0, (1, self.T, self.HV)).astype(np.float32)
-        c = dict(q=q, k=k, v=v, g=g, beta=beta, cu_seqlens=cu, use_qk_l2norm=self.use_qk_l2norm)
+        c = dict(q=q, k=k, v=v, g=g, beta=beta, cu_seqlens=cu, use_qk_l2norm=self.use_qk_l2norm,
+                 scale=self.scale)
         if self.initial_state:
             c["initial_state"] = (rng.standard_normal((N, self.HV, self.K, self.V)) * 0.1).astype(np.float32)
         return c
@@ -152,6 +158,10 @@ def gdn_matrix(quick: bool, lengths: Optional[List[int]] = None) -> List[GdnCase
             # empty sequences pass their initial state through; V = 64: two column blocks
             GdnCaseSpec("varlen 0/5/0/70/0 h0 V=64", T=75, H=1, HV=2, K=32, V=64,
                         seq_lens=[0, 5, 0, 70, 0], initial_state=True, seed=4),
+            # two q/k heads of two value heads each (a head map that mixes them up is seen
+            # only with H > 1 and HV / H > 1), a sequence of three chunks, a scale of its own
+            GdnCaseSpec("H=2 HV=4 varlen 3/150 h0 scale=0.3", T=153, H=2, HV=4, K=32, V=32,
+                        seq_lens=[3, 150], initial_state=True, scale=0.3, seed=5),
         ]
         if lengths:
             specs = [GdnCaseSpec(f"T={T}", T=T, H=1, HV=2, K=32, V=32, seed=T) for T in lengths]

@@ -22,7 +22,7 @@ from .._compat import cuda
 from ..contract import SENTINEL
 from ..gdn.api import plan_gdn
 from ..workspace import GuardedBuffer
-from .attention import FP32_REL_BOUND, Row, time_launches
+from .attention import FP32_REL_BOUND, Row, never_checked_rows, time_launches
 from .cases import GdnCaseSpec
 from .variant_steps import audit_route, bitwise_checks, launch_variant
 
@@ -48,11 +48,11 @@ def _device_inputs(c: Dict) -> Dict:
 def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
                 mp_check: bool = False, progress=None) -> List[Row]:
     c = spec.build()
-    ref_o, ref_h = oracle.gdn_reference(c["q"], c["k"], c["v"], c["g"], c["beta"],
+    ref_o, ref_h = oracle.gdn_reference(c["q"], c["k"], c["v"], c["g"], c["beta"], scale=c["scale"],
                                         initial_state=c.get("initial_state"), cu_seqlens=c["cu_seqlens"],
                                         use_qk_l2norm=c["use_qk_l2norm"])
     if mp_check and spec.T <= 70:
-        mp_o, mp_h = oracle.gdn_reference(c["q"], c["k"], c["v"], c["g"], c["beta"],
+        mp_o, mp_h = oracle.gdn_reference(c["q"], c["k"], c["v"], c["g"], c["beta"], scale=c["scale"],
                                           initial_state=c.get("initial_state"), cu_seqlens=c["cu_seqlens"],
                                           use_qk_l2norm=c["use_qk_l2norm"], precision="mp")
         gap = max(oracle.rel_l2(ref_o, mp_o), oracle.rel_l2(ref_h, mp_h))
@@ -78,7 +78,8 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
         dev = _device_inputs(c)               # each variant its own copies: checked after
         out32 = _guarded_output(o_shape, np.float32)
         out_cast = _guarded_output(o_shape, c["q"].dtype)
-        common = dict(cu_seqlens=dev["cu_seqlens"], use_qk_l2norm=c["use_qk_l2norm"], variant=name)
+        common = dict(cu_seqlens=dev["cu_seqlens"], use_qk_l2norm=c["use_qk_l2norm"],
+                      scale=c["scale"], variant=name)
 
         def plan_and_launch():
             plain = plan_gdn(dev["q"], dev["k"], dev["v"], dev["g"], dev["beta"],
@@ -137,10 +138,13 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
 
 def run_gdn(specs: List[GdnCaseSpec], variant_names: List[str], *, timing: bool,
             mp_check: bool = False, progress=None) -> List[Row]:
+    """Every case of ``specs`` for every variant; a variant unsupported on every case fails
+    the run (one "every case" row, as the attention screen's)."""
     rows: List[Row] = []
     for spec in specs:
         rows.extend(screen_case(spec, variant_names, timing=timing, mp_check=mp_check, progress=progress))
-    return rows
+    return rows + never_checked_rows("gdn", rows, variant_names, len(specs),
+                                     max((s.T for s in specs), default=0))
 
 
 def expected_steps(specs: List[GdnCaseSpec], n_variants: int) -> int:

@@ -34,6 +34,18 @@ HEADERS = ["family", "case", "state", "variant", "relL2 fp32", "maxabs fp32", "r
            "maxabs fp16 / state relL2", "vs ref", "bitwise", "guards", "route", "ms", "status"]
 
 
+def never_checked(rows, exempt=()) -> List[str]:
+    """The variants of ``rows`` (one family's run) unsupported on every case, so that nothing
+    about them was checked, in order of appearance; a run that selected such a variant must
+    not pass. ``exempt``: names not to report, the run's bitwise references (added for the
+    other variants' byte comparison; a reference no case supports already fails every variant
+    compared with it)."""
+    checked = {}
+    for r in rows:
+        checked[r.variant] = checked.get(r.variant, False) or r.status != "unsupported"
+    return [name for name, ok in checked.items() if not ok and name not in exempt]
+
+
 def print_table(rows, console=None) -> None:
     try:
         from rich.console import Console
