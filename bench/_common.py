@@ -30,6 +30,7 @@ from numba import cuda
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 from dflash2_numba._compat import SIMULATOR  # noqa: E402  (the switch as numba read it)
+from dflash2_numba import contract as _contract  # noqa: E402
 
 _T0 = time.perf_counter()
 
@@ -150,7 +151,9 @@ def device_info() -> Dict[str, object]:
     return info
 
 
-def run_meta(smoke: bool, timing_method: str) -> Dict[str, object]:
+def run_meta(smoke: bool, timing_method: str, torch=None) -> Dict[str, object]:
+    """The run's record header: date, command, versions, commit, device (its L2 size from
+    numba, else from torch where given)."""
     argv = getattr(sys, "orig_argv", None) or [sys.executable] + sys.argv
     meta = {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -166,7 +169,47 @@ def run_meta(smoke: bool, timing_method: str) -> Dict[str, object]:
     }
     meta.update(git_commit())
     meta.update(device_info())
+    if not meta.get("l2_bytes") and torch is not None and not SIMULATOR:
+        try:
+            meta["l2_bytes"] = int(torch.cuda.get_device_properties(0).L2_cache_size)
+        except Exception:  # noqa: BLE001
+            pass
     return meta
+
+
+# --------------------------------------------------------------------------- replay checks
+
+def host_bytes(arrays) -> List[bytes]:
+    """The bytes of device arrays (numba's or torch's), in order."""
+    return [(x.copy_to_host() if hasattr(x, "copy_to_host") else x.detach().cpu().numpy()).tobytes()
+            for x in arrays]
+
+
+def nan_fill(arrays) -> None:
+    """Fill device arrays with NaN in place: numba device arrays, torch tensors (those made
+    under ``torch.inference_mode()``, as the peers' are, filled under it too)."""
+    for x in arrays:
+        if hasattr(x, "fill_"):
+            if x.is_inference():
+                import torch
+
+                with torch.inference_mode():
+                    x.fill_(float("nan"))
+            else:
+                x.fill_(float("nan"))
+        else:
+            x.copy_to_device(np.full(x.shape, np.nan, dtype=x.dtype))
+
+
+def replay_gives(g, want: List[bytes], outputs, sync) -> bool:
+    """Whether one replay of graph ``g`` writes ``want`` (the eager call's bytes) into
+    ``outputs`` (the graph's own output arrays), NaN-filled first: a replay that writes
+    nothing, or part, cannot pass."""
+    nan_fill(outputs)
+    sync()
+    g.replay()
+    sync()
+    return host_bytes(outputs) == want
 
 
 # --------------------------------------------------------------------------- graphs
@@ -331,9 +374,9 @@ def alternating_trials(items: Dict[str, Callable[[], float]], trials: int, budge
     return out
 
 
-#: What a variant's accuracy check must meet (the contract's FP32 bound; the cast output adds
+#: What a variant's accuracy check must meet (the project's FP32 bound; the cast output adds
 #: at most one RNE rounding, 2**-11 relative, to the FP32 output's error).
-FP32_REL_L2_BOUND = 1e-5
+FP32_REL_L2_BOUND = _contract.FP32_REL_L2_BOUND
 CAST_REL_L2_BOUND = 2.0 ** -11 + FP32_REL_L2_BOUND
 
 

@@ -22,12 +22,15 @@ PV, times v_scale, causal inside the block) and scaled_dot_product_attention on 
 dequantised FP16 (boolean block mask; and lower-right causal bias where available).
 Accuracy: relative L2 against the FP64 oracle at one context (--acc-context), layer 0:
 each variant's timed plan (FP16 output, relaunched after a sentinel fill of its workspace)
-and the same call with an FP32 output, whose RNE rounding must be the timed plan's bytes.
+and a fresh plan of the same call with an FP32 output, whose RNE rounding must be the timed
+plan's bytes.
 
-Exit status 1 (after writing the files) when a variant's plan, launch, graph replay or
-timed trial failed, a variant's accuracy is missing or past its bound (FP32 output 1e-5,
-FP16 output 2**-11 + 1e-5 relative L2), a block table changed, a requested context was
-skipped for the budget, or a ceiling was not measured; 2 for usage errors.
+Exit status 1 (after writing the files) when a variant's plan or launch failed, a graph (a
+variant's or a peer's) could not be captured or replayed other bytes than the eager call, a
+timed trial (any item's) raised, a variant's accuracy is missing or past its bound (FP32
+output 1e-5, FP16 output 2**-11 + 1e-5 relative L2), a block table changed, a requested
+context was skipped for the budget, or a ceiling was not measured; 2 for usage errors. A
+peer that cannot run at all (its set-up raises) is a note.
 
 Usage: ``python3 bench/attention.py [--out DIR] [--contexts 1024,32768] [--variants all]``;
 ``--smoke`` is a tiny configuration for the CUDA simulator (NUMBA_ENABLE_CUDASIM=1):
@@ -366,19 +369,13 @@ def main(argv=None) -> int:
     if C.SIMULATOR:
         notes.append("CUDA simulator: times are host perf_counter around simulated kernels "
                      "(no CUDA events, no graphs); they say nothing about GPU speed")
-    meta = C.run_meta(args.smoke, clock.method)
+    meta = C.run_meta(args.smoke, clock.method, torch)
     C.log(f"attention bench on {meta.get('device')}; variants {variants}; contexts {contexts}; "
           f"{cfg['layers']} layers; timing {clock.method}")
 
     ceilings = C.measure_ceilings(clock)
     failures += C.ceiling_failures(ceilings)
     l2 = meta.get("l2_bytes")
-    if not l2 and torch is not None:
-        try:
-            l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
-            meta["l2_bytes"] = l2
-        except Exception:  # noqa: BLE001
-            l2 = None
     scale = cfg["D"] ** -0.5
     rng = np.random.default_rng(args.seed)
 
@@ -464,7 +461,7 @@ def main(argv=None) -> int:
                 try:
                     g = C.capture_graph(torch, lambda s, eager=eager: eager(s))
                     graphs.append((g, plans))   # the plans own what the graph reads
-                    ok = check_graph(torch, layers, eager, g)
+                    ok = check_graph(clock, layers, eager, g)
                     graph_checks.append({"context": T, "variant": v, "graph_output_equals_eager": ok})
                     if not ok:
                         raise GraphMismatch(f"{v} @ {T}: graph replay output differs from eager "
@@ -475,12 +472,10 @@ def main(argv=None) -> int:
                     items[f"{v}/graph"] = (lambda g=g, reps=reps: clock.time_ms(g.replay, reps))
                     labels[f"{v}/graph"] = (v, "variant", "graph", reps)
                 except Exception as exc:  # noqa: BLE001
-                    if isinstance(exc, GraphMismatch):
-                        msg = str(exc)
-                        failures.append(msg)
-                    else:
-                        msg = (f"{v} @ {T}: graph capture failed, eager only: "
-                               f"{type(exc).__name__}: {exc}")
+                    msg = (str(exc) if isinstance(exc, GraphMismatch) else
+                           f"{v} @ {T}: graph capture failed, eager only: "
+                           f"{type(exc).__name__}: {exc}")
+                    failures.append(msg)        # a variant's figure is its graph replay's
                     notes.append(msg)
                     C.log("  " + msg)
                     C.log(traceback.format_exc())
@@ -532,7 +527,7 @@ def main(argv=None) -> int:
                 try:
                     g = C.capture_graph(torch, lambda s, run_inf=run_inf: run_inf())
                     graphs.append((g, fns))     # the peers' closures own the page lists it reads
-                    if not peer_graph_matches(torch, run_inf, g, outs):
+                    if not peer_graph_matches(clock, run_inf, g, outs):
                         raise GraphMismatch("graph replay output differs from the eager "
                                             "output; graph not timed")
                     g.replay()
@@ -544,6 +539,7 @@ def main(argv=None) -> int:
                 except Exception as exc:  # noqa: BLE001
                     notes.append(f"peer {name} @ {T}: no graph timed, eager: "
                                  f"{type(exc).__name__}: {str(exc)[:200]}")
+                    failures.append(notes[-1])  # the peers are compared as graph replays too
                     _recover_torch(torch)
                 est = clock.time_ms(run_inf, 1)
                 reps = C.choose_reps(est, args.target_ms, min_reps=MIN_REPS)
@@ -593,6 +589,7 @@ def main(argv=None) -> int:
         if T == acc_ctx:
             accuracy_at(cfg, torch, layers[0], T, scale, variants, pc, accuracy, notes,
                         acc_plans, clock)
+            acc_plans.clear()
 
         del graphs, items
         if torch is not None:
@@ -636,35 +633,22 @@ def _recover_torch(torch):
         C.log(f"  torch.cuda.synchronize after a failure: {type(exc).__name__}: {exc}")
 
 
-def check_graph(torch, layers, eager, g):
-    """Fill every layer's output with the sentinel, replay the graph, and compare the
-    outputs with those of an eager launch (bytes)."""
+def check_graph(clock, layers, eager, g):
+    """Whether one replay of the variant's graph writes every layer's output as an eager
+    launch does (:func:`C.replay_gives`: the outputs NaN-filled first)."""
     eager()
-    torch.cuda.synchronize()
-    want = [L.ws.out.copy_to_host() for L in layers]
-    for L in layers:
-        L.ws.fill_sentinel()
-    cuda.synchronize()
-    g.replay()
-    torch.cuda.synchronize()
-    got = [L.ws.out.copy_to_host() for L in layers]
-    return all(a.tobytes() == b.tobytes() for a, b in zip(want, got))
+    clock.sync()
+    outs = [L.ws.out for L in layers]
+    return C.replay_gives(g, C.host_bytes(outs), outs, clock.sync)
 
 
-def peer_graph_matches(torch, run_inf, g, outs):
-    """A peer's graph is timed only when one replay gives the eager call's output bytes:
-    the eager outputs are kept, the graph's own outputs (``outs["o"]``, set while it was
-    captured) NaN-filled, the graph replayed and the two compared."""
+def peer_graph_matches(clock, run_inf, g, outs):
+    """Whether one replay of a peer's graph writes into the graph's own outputs
+    (``outs["o"]``, set while it was captured) the bytes of an eager call's."""
     captured = outs["o"]
     run_inf()
-    torch.cuda.synchronize()
-    want = [o.cpu().numpy().tobytes() for o in outs["o"]]
-    with torch.inference_mode():
-        for o in captured:
-            o.fill_(float("nan"))
-    g.replay()
-    torch.cuda.synchronize()
-    return [o.cpu().numpy().tobytes() for o in captured] == want
+    clock.sync()
+    return C.replay_gives(g, C.host_bytes(outs["o"]), captured, clock.sync)
 
 
 def accuracy_at(cfg, torch, L, T, scale, variants, pc, accuracy, notes, acc_plans, clock):

@@ -10,19 +10,22 @@ only: the plan's host checks, transfers and allocations happen once, before timi
 public ``gdn_prefill`` where ``plan_gdn`` is missing), timed with CUDA events after a
 warm-up call, median of --trials trials (at least min(5, --trials) where the budget runs
 out), variants (and the peer) in rotated order within each round; CUDA-graph replays of the
-same call beside it. Where one call's inputs and outputs fit twice in the L2, several input
-sets (more than twice the L2 in all) are made and every timed call, eager or replayed, goes
-through all of them in turn: the figure is the time per call.
+same call beside it. Where one call's inputs and outputs fit within twice the L2, several
+input sets (more than twice the L2 in all) are made and every timed call, eager or
+replayed, goes through all of them in turn: the figure is the time per call.
 
-Exit status 1 (after writing the files) when a variant's call, graph replay or timed trial
-failed, a variant's accuracy is missing or past its bound (FP32 output and state 1e-5,
-FP16 output 2**-11 + 1e-5 relative L2), a requested length was skipped for the budget, or a
-ceiling was not measured; 3 when ``gdn_prefill`` is missing; 2 for usage errors.
+Exit status 1 (after writing the files) when a variant's call failed, a graph (a variant's
+or fla's) could not be captured or replayed other bytes than the eager call, a timed trial
+(any item's) raised, a variant's accuracy is missing or past its bound (FP32 output and
+state 1e-5, FP16 output 2**-11 + 1e-5 relative L2), a requested length was skipped for the
+budget, or a ceiling was not measured; 3 when ``gdn_prefill`` is missing; 2 for usage
+errors.
 
 FP32 floor: about 130 kFLOP per token per value head (chunk C=64, K=V=128); the FLOP rate
 is 2 x the FMA instruction rate measured in the same run. Accuracy: relative L2 of the
-output (FP16 and, where the API offers it, FP32) and of the final state against
-``oracle.gdn_reference`` (FP64) at --acc-length (default 4096).
+output (FP16: the timed call's; FP32: the same call with an FP32 output, whose RNE rounding
+must be the FP16 bytes) and of the final state against ``oracle.gdn_reference`` (FP64) at
+--acc-length (default 4096).
 
 Peer (guarded import): ``fla.ops.gated_delta_rule.chunk_gated_delta_rule`` with q, k
 [B, T, H, K], v [B, T, HV, V], g, beta [B, T, HV], use_qk_l2norm_in_kernel=True,
@@ -146,7 +149,7 @@ def cost_model(cfg, T):
 
 def input_sets(call_bytes: int, l2_bytes) -> int:
     """How many input sets a length's timed calls go through in turn: one, unless one
-    call's inputs and outputs fit twice in the L2; then the fewest whose bytes together
+    call's inputs and outputs fit within twice the L2; then the fewest whose bytes together
     exceed twice the L2 (each call then finds little of its data left there)."""
     if not l2_bytes or call_bytes > 2 * l2_bytes:
         return 1
@@ -283,56 +286,31 @@ def fla_caller(torch, fla_fn, inputs, cfg, holder):
     raise RuntimeError("; ".join(errors))
 
 
-def _host_results(get):
-    return [to_host(x) for x in get() if x is not None]
-
-
-def _poison(get) -> None:
-    """Fill the calls' outputs and final states (``get()``: a list of arrays) with NaN in
-    place, on the device: torch tensors (those made under ``torch.inference_mode()``, as
-    fla's are, filled under it too) and numba device arrays; the eager results are finite."""
-    for x in get():
-        if x is None:
-            continue
-        if hasattr(x, "fill_"):
-            if x.is_inference():
-                import torch
-
-                with torch.inference_mode():
-                    x.fill_(float("nan"))
-            else:
-                x.fill_(float("nan"))
-        else:
-            x.copy_to_device(np.full(x.shape, np.nan, dtype=x.dtype))
-
-
-def graph_item(items, labels, notes, torch, clock, key, label, launch, reps, get, calls=1):
+def graph_item(items, labels, notes, torch, clock, key, label, launch, get, target_ms, calls=1):
     """Add ``key``: CUDA-graph replays of ``calls`` calls (one per input set;
     ``launch(numba_stream)`` makes them all, captured into one torch graph), timed like the
-    eager item (the time per call), after one replay's outputs and final states are checked
-    byte for byte against the eager calls' (``get()``: a list of arrays), NaN-filled before
-    the replay. Returns True when added, False when the replay differs or the capture
-    failed (a note; no graph timed), None when no graph is tried (no torch, the simulator)."""
+    eager item (the time per call, ``target_ms`` a trial), after one replay's outputs and
+    final states (``get()``: a list of arrays, the graph's own after the capture) give the
+    eager calls' bytes (:func:`C.replay_gives`). Returns True when added, False when the
+    replay differs or the capture failed (a note; no graph timed), None when no graph is
+    tried (no torch, the simulator)."""
     if torch is None or launch is None or C.SIMULATOR:
         return None
     try:
         launch(clock.stream)
         clock.sync()
-        want = _host_results(get)
+        want = C.host_bytes(get())
         g = C.capture_graph(torch, launch)
-        _poison(get)            # a replay that writes nothing (or part) cannot pass
-        clock.sync()
-        g.replay()
-        clock.sync()
-        got = _host_results(get)
+        same = C.replay_gives(g, want, get(), clock.sync)
     except Exception as exc:  # noqa: BLE001
         notes.append(f"{key}: capture failed: {type(exc).__name__}: {str(exc)[:300]}")
         return False
-    if len(got) != len(want) or any(a.tobytes() != b.tobytes() for a, b in zip(got, want)):
+    if not same:
         notes.append(f"{key}: graph replay differs from the eager call; not timed")
         return False
+    reps = C.choose_reps(clock.time_ms(g.replay, 1), target_ms)
     items[key] = (lambda g=g, reps=reps: clock.time_ms(g.replay, reps) / calls)
-    labels[key] = (label[0] + "/graph", label[1], label[2])
+    labels[key] = (label[0] + "/graph", label[1], reps)
     return True
 
 
@@ -377,7 +355,7 @@ def main(argv=None) -> int:
     if C.SIMULATOR:
         notes.append("CUDA simulator: times are host perf_counter around simulated kernels "
                      "(no CUDA events); they say nothing about GPU speed")
-    meta = C.run_meta(args.smoke, clock.method)
+    meta = C.run_meta(args.smoke, clock.method, torch)
     C.log(f"gdn bench on {meta.get('device')}; variants {variants}; lengths {lengths}; "
           f"shape B={cfg['B']} H={cfg['H']} HV={cfg['HV']} K={cfg['K']} V={cfg['V']}; "
           f"timing {clock.method}")
@@ -419,9 +397,11 @@ def main(argv=None) -> int:
         cm = cost_model(cfg, T)
         l2 = meta.get("l2_bytes")
         n_sets = input_sets(cm["bytes"], l2)
+        if not l2 and not C.SIMULATOR:
+            notes.append(f"T = {T}: the L2 size is unknown: one input set, reused")
         if n_sets > 1:
             notes.append(f"T = {T}: one call's inputs and outputs ({cm['bytes'] / 1e6:.1f} MB) "
-                         f"fit twice in the L2 ({C.fmt(l2 and l2 / 1e6, '.0f')} MB): {n_sets} input "
+                         f"fit within twice the L2 ({C.fmt(l2 and l2 / 1e6, '.0f')} MB): {n_sets} input "
                          f"sets, every timed call goes through them in turn")
             C.log("  " + notes[-1])
         C.log(f"T = {T}: generating {n_sets} input set(s)")
@@ -460,9 +440,9 @@ def main(argv=None) -> int:
             if all(launches):
                 if graph_item(items, labels, notes, torch, clock, f"{v}/graph",
                               (v, "variant", reps),
-                              lambda s, launches=launches: [f(s) for f in launches], reps,
+                              lambda s, launches=launches: [f(s) for f in launches],
                               lambda hs=hs: [x for h in hs for x in h["get"]()[:2]],
-                              calls=n_sets) is False:
+                              args.target_ms, calls=n_sets) is False:
                     failures.append(notes[-1])    # a variant with no graph, or one that lies
         if fla_fn is not None and not budget.exceeded():
             hs = [{} for _ in sets]
@@ -470,8 +450,7 @@ def main(argv=None) -> int:
             try:
                 fns = []
                 for inp, h in zip(sets, hs):
-                    fn, desc = fla_caller(torch, fla_fn, inp, cfg, h)
-                    fn()
+                    fn, desc = fla_caller(torch, fla_fn, inp, cfg, h)   # (called once there)
                     fns.append(fn)
                 torch.cuda.synchronize()
                 peer_info["available"] = True
@@ -486,9 +465,9 @@ def main(argv=None) -> int:
                 holders["fla"] = hs[0]
                 if graph_item(items, labels, notes, torch, clock, "fla/graph",
                               ("fla_chunk_gated_delta_rule", "peer", reps),
-                              lambda _stream, run_sets=run_sets: run_sets(), reps,
+                              lambda _stream, run_sets=run_sets: run_sets(),
                               lambda hs=hs: [x for h in hs for x in h["res"][:2]],
-                              calls=n_sets) is False:
+                              args.target_ms, calls=n_sets) is False:
                     failures.append(notes[-1])    # the peer's figure is a graph replay's too
             except Exception as exc:  # noqa: BLE001
                 peer_info["error"] = f"{type(exc).__name__}: {str(exc)[:600]}"
@@ -594,13 +573,15 @@ def accuracy_at(cfg, T, inputs, prefill, variants, holders, torch, clock, accura
                 get = h["get"]
             clock.sync()
             compare(get(), "fp16", r)
-            if "out_dtype" in inspect.signature(prefill).parameters:
-                h = {}
-                fn, _, _ = variant_caller(prefill, inputs, v, clock.stream, h,
-                                          out_dtype="float32")
-                fn()
-                clock.sync()
-                compare(h["get"](), "fp32", r)
+            o16 = to_host(get()[0]).astype(np.float16)    # (to_host widens: exactly)
+            h = {}
+            fn, _, _ = variant_caller(prefill, inputs, v, clock.stream, h, out_dtype="float32")
+            fn()
+            clock.sync()
+            compare(h["get"](), "fp32", r)
+            if o16.tobytes() != to_host(h["get"]()[0]).astype(np.float16).tobytes():
+                raise RuntimeError("the timed call's FP16 output is not the RNE rounding of "
+                                   "the same call's FP32 output")
         except Exception as exc:  # noqa: BLE001
             r["error"] = f"{type(exc).__name__}: {exc}"
         rows[v] = r

@@ -29,6 +29,9 @@ RESIDUAL_SCALE = np.float32(2048.0)       # lo = f16((p - hi) * 2^11)
 RESIDUAL_UNSCALE = np.float32(2.0 ** -11)  # Vr = V * 2^-11 (exact)
 SENTINEL = np.float32(-777.0)     # workspace poison value
 
+# --- acceptance -----------------------------------------------------------------------
+FP32_REL_L2_BOUND = 1e-5          # an FP32 result's relative L2 against the FP64 oracle, at most
+
 # --- GDN (part B) ------------------------------------------------------------------
 GDN_CHUNK = 64
 GDN_L2NORM_EPS = np.float32(1e-6)

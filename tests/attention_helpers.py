@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import oracle
+from dflash2_numba.contract import FP32_REL_L2_BOUND
 
 
 def case(rng, **kw):
@@ -66,7 +67,7 @@ def ulp16(x):
     return np.abs(np.nextafter(a, np.float16(np.inf)).astype(np.float64) - a.astype(np.float64))
 
 
-def check_against_oracle(out32, out16, ref, rel_bound=1e-5):
+def check_against_oracle(out32, out16, ref, rel_bound=FP32_REL_L2_BOUND):
     """FP32 pre-cast output within rel L2 ``rel_bound``; FP16 output is the RNE rounding of
     the FP32 output, hence within one FP16 rounding (half an FP16 ulp) of it."""
     rel = oracle.rel_l2(out32, ref)

@@ -122,30 +122,58 @@ def gdn_bench(monkeypatch):
     return G, C
 
 
-def _graph_item(G, C, replay_runs_the_call: bool):
+class _Clock:
+    """A stand-in clock: every trial makes its calls and lasts 2 ms."""
+    stream = 0
+
+    def sync(self):
+        pass
+
+    def time_ms(self, fn, reps=1):
+        for _ in range(reps):
+            fn()
+        return 2.0
+
+
+def _graph_item(G, C, replay_runs: str, sets: int = 1):
+    """graph_item over ``sets`` input sets of ``chunked``; the fake graph's replay makes the
+    calls of every set (``"all"``), of the first only (``"first"``) or none."""
     cfg = dict(G.SMOKE)
-    inputs = G.make_inputs(cfg, 70, None, np.random.default_rng(0))
-    clock = C.Clock(_FAKE_TORCH)
-    clock.stream = 0
-    holder = {}
-    G.variant_caller(G.find_gdn_prefill()[0], inputs, "chunked", clock.stream, holder)
-    if replay_runs_the_call:
-        _Graph.replay_runs = lambda: holder["launch"](0)
+    rng = np.random.default_rng(0)
+    holders = [{} for _ in range(sets)]
+    for h in holders:
+        G.variant_caller(G.find_gdn_prefill()[0], G.make_inputs(cfg, 70, None, rng), "chunked",
+                         0, h)
+    launches = [h["launch"] for h in holders]
+    if replay_runs != "none":
+        _Graph.replay_runs = lambda: [f(0) for f in launches[:None if replay_runs == "all" else 1]]
     items, labels, notes = {}, {}, []
-    added = G.graph_item(items, labels, notes, _FAKE_TORCH, clock, "chunked/graph",
-                         ("chunked", "variant", 1), holder["launch"], 1, holder["get"])
+    added = G.graph_item(items, labels, notes, _FAKE_TORCH, _Clock(), "chunked/graph",
+                         ("chunked", "variant", 1), lambda s: [f(s) for f in launches],
+                         lambda: [x for h in holders for x in h["get"]()[:2]], 30.0, calls=sets)
     return added, items, notes
 
 
 def test_gdn_graph_that_writes_nothing_is_not_timed(gdn_bench):
-    added, items, notes = _graph_item(*gdn_bench, replay_runs_the_call=False)
+    added, items, notes = _graph_item(*gdn_bench, replay_runs="none")
     assert added is False and "chunked/graph" not in items
     assert any("graph replay differs" in n for n in notes), notes
 
 
 def test_gdn_graph_that_replays_the_call_is_timed(gdn_bench):
-    added, items, notes = _graph_item(*gdn_bench, replay_runs_the_call=True)
+    added, items, notes = _graph_item(*gdn_bench, replay_runs="all")
     assert added is True and "chunked/graph" in items, notes
+
+
+def test_gdn_graph_over_input_sets_checks_every_set_and_times_per_call(gdn_bench):
+    """Two input sets in one graph: a replay that runs the first set's call only leaves the
+    second's outputs NaN and is not timed; one that runs both is timed per call (half a
+    replay's time)."""
+    added, items, notes = _graph_item(*gdn_bench, replay_runs="first", sets=2)
+    assert added is False and any("graph replay differs" in n for n in notes), notes
+    added, items, notes = _graph_item(*gdn_bench, replay_runs="all", sets=2)
+    assert added is True, notes
+    assert items["chunked/graph"]() == 1.0
 
 
 def test_attention_exit_status_says_when_nothing_named_ran(tmp_path):

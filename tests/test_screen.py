@@ -253,14 +253,22 @@ def test_screen_fails_a_variant_unsupported_on_every_case(narrow_variant, monkey
     assert "never checked" in text and "1 failed" in text
 
 
-def test_quick_screen_fails_tiled_wide_on_contexts_it_never_runs(capsys):
+def test_quick_screen_fails_tiled_wide_on_contexts_it_never_runs(capsys, tmp_path):
     """--contexts builds head-dim-64 cases only, which tiled_wide (head dim 256) refuses
-    each: the run must not pass it unchecked."""
-    d2.route_counters(reset=True)
-    rc = screen_main(["attention", "--quick", "--contexts", "40", "--variants", "tiled_wide"])
+    each: the run must not pass it unchecked. Its rows: refused on the one case, then the
+    failing "every case" row; frozen (its reference) checked."""
+    import json
+
+    from dflash2_numba.screen.attention import NEVER_CHECKED_CASE
+
+    rc = screen_main(["attention", "--quick", "--contexts", "40", "--variants", "tiled_wide",
+                      "--json", str(tmp_path / "r.json")])
     text = capsys.readouterr().out
     assert rc == 1 and "never checked" in text, text[-3000:]
-    assert "attention.tiled_wide.split" not in "".join(d2.route_counters())
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    wide = [(r["case"], r["status"]) for r in rows if r["variant"] == "tiled_wide"]
+    assert wide == [("q2 T=40", "unsupported"), (NEVER_CHECKED_CASE, "FAIL")], wide
+    assert [r["status"] for r in rows if r["variant"] == "frozen"] == ["ok"]
 
 
 def test_never_checked_names_only_variants_refused_everywhere():

@@ -154,9 +154,9 @@ def test_fma_near_overflow_ties_match_the_exact_rounding():
 
 
 def test_host_emulations_fma32_matches_the_exact_rounding_near_overflow():
-    """The numpy fma of the host emulations (``gdn.emulate.fma32``, also attention's), over
+    """The numpy fma of the host emulations (``_emulate_ops.fma32``), over
     all the near-overflow cases at once: the overflow midpoint resolved as the simulator's."""
-    from dflash2_numba.gdn.emulate import fma32
+    from dflash2_numba._emulate_ops import fma32
 
     a, b, c = (np.array(x, dtype=np.float32) for x in zip(*_near_overflow_cases()))
     with warnings.catch_warnings():

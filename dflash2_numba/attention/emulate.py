@@ -4,7 +4,7 @@ This is contract part A ("Inputs", "E4M3FN decode", "Split schedule", "Score",
 "N32 online softmax and PV", "Workspace", "Combine"), as :mod:`.frozen` performs it, made
 executable: every FP32 rounding of the split kernel and of the combine kernel is reproduced,
 vectorised over the independent elements (query rows, heads, keys, columns), with a correctly
-rounded FP32 fused multiply-add (:func:`dflash2_numba.gdn.emulate.fma32`) wherever the kernels
+rounded FP32 fused multiply-add (:func:`dflash2_numba._emulate_ops.fma32`) wherever the kernels
 call ``cuda.fma`` and plain FP32 numpy arithmetic wherever they round each step:
 
 * the split schedule of :func:`dflash2_numba.contract.split_tiles` (``A`` active splits of
@@ -36,7 +36,6 @@ No numba here; plain numpy (usable by the screen and by authors of new variants)
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
@@ -45,7 +44,7 @@ from ..contract import (ATTENTION_OUT_DTYPES, DEFAULT_SPLITS, EXP_CLAMP, HALF_TI
                         LIVE_M_THRESHOLD, NEG_INF, RESIDUAL_SCALE, RESIDUAL_UNSCALE, SENTINEL,
                         TILE_KEYS, active_splits, ceil_div, default_row_lengths, split_tiles)
 from ..e4m3 import DECODE_TABLE
-from ..gdn.emulate import fma32
+from .._emulate_ops import exp32, fma32
 
 F32 = np.float32
 F16 = np.float16
@@ -59,14 +58,6 @@ class AttentionEmulation(NamedTuple):
     out: np.ndarray       # [B, Q, Hq, D], float16 or float32
     partial: np.ndarray   # float32 [B, S, Q, Hq, D]
     lse: np.ndarray       # float32 [B, S, Q, Hq, 2]
-
-
-def exp32(x):
-    """``E(x)``: float32 of the float64 exponential of a float32 (the simulator's ``math.exp``),
-    elementwise. (``np.exp`` on float64 is not guaranteed to be the host libm's ``exp``.)"""
-    x = np.asarray(x, dtype=F32)
-    vals = [math.exp(v) for v in x.ravel().tolist()]
-    return np.array(vals, dtype=F64).astype(F32).reshape(x.shape)
 
 
 def row_lengths_for(seq_lens, q_len: int, row_lengths=None) -> np.ndarray:

@@ -22,12 +22,13 @@ import oracle
 from .. import _registry
 from .._compat import cuda
 from ..attention.api import plan_attention
+from ..contract import FP32_REL_L2_BOUND
 from ..workspace import AttentionWorkspace
 from .cases import LENGTH_STATES, AttentionCaseSpec, row_lengths_for_state
 from .report import never_checked
 from .variant_steps import audit_route, bitwise_checks, launch_variant
 
-FP32_REL_BOUND = 1e-5
+FP32_REL_BOUND = FP32_REL_L2_BOUND
 NEVER_CHECKED_CASE = "every case"      # the case of the row that fails a never-checked variant
 
 
