@@ -180,15 +180,17 @@ def run_meta(smoke: bool, timing_method: str, torch=None) -> Dict[str, object]:
 # --------------------------------------------------------------------------- replay checks
 
 def host_bytes(arrays) -> List[bytes]:
-    """The bytes of device arrays (numba's or torch's), in order."""
+    """The bytes of device arrays (numba's or torch's), in order (None: absent, skipped)."""
     return [(x.copy_to_host() if hasattr(x, "copy_to_host") else x.detach().cpu().numpy()).tobytes()
-            for x in arrays]
+            for x in arrays if x is not None]
 
 
 def nan_fill(arrays) -> None:
     """Fill device arrays with NaN in place: numba device arrays, torch tensors (those made
-    under ``torch.inference_mode()``, as the peers' are, filled under it too)."""
+    under ``torch.inference_mode()``, as the peers' are, filled under it too); None skipped."""
     for x in arrays:
+        if x is None:
+            continue
         if hasattr(x, "fill_"):
             if x.is_inference():
                 import torch

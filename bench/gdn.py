@@ -401,8 +401,8 @@ def main(argv=None) -> int:
             notes.append(f"T = {T}: the L2 size is unknown: one input set, reused")
         if n_sets > 1:
             notes.append(f"T = {T}: one call's inputs and outputs ({cm['bytes'] / 1e6:.1f} MB) "
-                         f"fit within twice the L2 ({C.fmt(l2 and l2 / 1e6, '.0f')} MB): {n_sets} input "
-                         f"sets, every timed call goes through them in turn")
+                         f"fit within twice the L2 ({C.fmt(l2 and l2 / 1e6, '.0f')} MB): "
+                         f"{n_sets} input sets, every timed call goes through them in turn")
             C.log("  " + notes[-1])
         C.log(f"T = {T}: generating {n_sets} input set(s)")
         sets = [make_inputs(cfg, T, torch, rng) for _ in range(n_sets)]
