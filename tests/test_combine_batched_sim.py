@@ -1,8 +1,8 @@
 """The batched combine (``combine_batched``) against frozen's combine, byte for byte, on the
 CUDA simulator, on workspaces built to reach its edges: active split counts that are not a
-multiple of its 16-load batch and one (80, production's) above its 64 threads, splits that are not live (m = -1e30) first, last and between,
-a NaN in m and in partial, rows that see nothing, head dims 64 / 128 / 256 (one to four
-64-column CTAs a row), FP16 and FP32 output; and the register-tiled variants' use of it: the
+multiple of its 16-load batch and one (80, production's) above its 64 threads, splits that
+are not live (m = -1e30) first, last and between, a NaN in m and in partial, rows that see
+nothing, head dims 64 / 128 / 256 (one to four 64-column CTAs a row), FP16 and FP32 output; and the register-tiled variants' use of it: the
 batched kernel up to its shared arrays' ``MAX_SPLITS`` splits, frozen's combine above, the
 same bytes either way."""
 from __future__ import annotations

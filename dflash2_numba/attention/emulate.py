@@ -51,20 +51,13 @@ F16 = np.float16
 F64 = np.float64
 
 __all__ = ["AttentionEmulation", "emulate_attention", "emulate_split", "emulate_combine",
-           "exp32", "row_lengths_for"]
+           "exp32"]
 
 
 class AttentionEmulation(NamedTuple):
     out: np.ndarray       # [B, Q, Hq, D], float16 or float32
     partial: np.ndarray   # float32 [B, S, Q, Hq, D]
     lse: np.ndarray       # float32 [B, S, Q, Hq, 2]
-
-
-def row_lengths_for(seq_lens, q_len: int, row_lengths=None) -> np.ndarray:
-    """``L [B, Q]`` (int64): explicit ``row_lengths`` or ``seq_lens[b] - Q + 1 + t``."""
-    if row_lengths is not None:
-        return np.asarray(row_lengths).astype(np.int64)
-    return default_row_lengths(seq_lens, q_len)
 
 
 def _gather_bytes(cache, table_row, T: int, n_keys: int) -> np.ndarray:
@@ -240,7 +233,8 @@ def emulate_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_sc
     k_cache = np.asarray(k_cache)
     v_cache = np.asarray(v_cache)
     Q = q.shape[1]
-    L = row_lengths_for(seq_lens, Q, row_lengths)
+    L = (default_row_lengths(seq_lens, Q) if row_lengths is None      # L [B, Q], int64
+         else np.asarray(row_lengths).astype(np.int64))
     with np.errstate(over="ignore"):
         qk_scale = F32(F32(scale) * F32(k_scale))
     partial, lse = emulate_split(q, k_cache, v_cache, block_table, L, qk_scale=qk_scale,
