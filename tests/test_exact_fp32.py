@@ -1,0 +1,122 @@
+"""FMA contraction is off where the package compiles (``_compat.exact_fp32``): ``a*b + c``
+written as two operations stays two roundings, and only an explicit ``cuda.fma`` fuses.
+
+Nothing else pins this. Frozen and every variant are compiled alike, so a contraction
+that crept into all of them would leave every screen and bench byte check passing while
+the kernels no longer keep the contract's operation order.
+
+- PTX (no GPU; a child process without NUMBA_ENABLE_CUDASIM, skipped where numba finds
+  no libNVVM): under the package's flags ``a*b + c`` is ``mul.rn`` then ``add.rn`` and
+  ``cuda.fma`` is ``fma.rn``; numba's default flags contract the same source into ``fma.rn``
+  (the control: the check can see a contraction).
+- At run time: a kernel launched through ``_registry.launch`` returns the two-rounding
+  result on inputs where the fused one differs (on the simulator too, which never fuses);
+  on a GPU the same source launched outside it returns the fused result (the control:
+  that GPU's default compile does contract; ``gpu``-marked).
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from dflash2_numba import _registry
+from dflash2_numba._compat import cuda, fma32_exact
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CHILD = textwrap.dedent(r"""
+    import json, sys
+    try:
+        from numba.cuda.cudadrv.nvvm import NVVM
+        NVVM()
+    except Exception as e:
+        print("NO_NVVM", e)
+        sys.exit(77)
+    from numba import cuda, types
+    from dflash2_numba._compat import compile_ptx_cc
+
+    def two_roundings(a, b, c, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = a[i] * b[i] + c[i]
+
+    def fused(a, b, c, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = cuda.fma(a[i], b[i], c[i])
+
+    sig = (types.float32[::1],) * 4
+
+    def ops(ptx):
+        return {op: ptx.count(op) for op in ("fma.rn.f32", "mul.rn.f32", "add.rn.f32")}
+
+    found = {
+        "package": ops(compile_ptx_cc(two_roundings, sig, cc=(7, 0))[0]),
+        "package_fma": ops(compile_ptx_cc(fused, sig, cc=(7, 0))[0]),
+        "numba_default": ops(cuda.compile_ptx(two_roundings, sig, cc=(7, 0))[0]),
+    }
+    print("OPS" + json.dumps(found))
+""")
+
+
+def test_ptx_keeps_two_roundings_and_explicit_fma():
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
+                          env=env, timeout=600)
+    if proc.returncode == 77:
+        pytest.skip("numba finds no libNVVM (install the cuda12 extra)")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("OPS"))
+    found = json.loads(line[3:])
+    assert found["package"] == {"fma.rn.f32": 0, "mul.rn.f32": 1, "add.rn.f32": 1}, found
+    assert found["package_fma"]["fma.rn.f32"] == 1, found
+    assert found["package_fma"]["mul.rn.f32"] == 0, found
+    # numba's own default contracts the same source: the check above can see a contraction
+    assert found["numba_default"]["fma.rn.f32"] == 1, found
+
+
+def _a_times_b_plus_c(a, b, c, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[i] * b[i] + c[i]
+
+
+def _inputs_where_fusing_shows(n=256, seed=7):
+    """float32 a, b, c with fma(a, b, c) != rn(rn(a*b) + c) for every element, and both
+    host results: the two roundings in float32 numpy, the single rounding exactly."""
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.5, 2.0, 8 * n).astype(np.float32)
+    b = rng.uniform(0.5, 2.0, 8 * n).astype(np.float32)
+    c = rng.uniform(-2.0, 2.0, 8 * n).astype(np.float32)
+    two = a * b + c                                              # float32: two roundings
+    one = np.array([fma32_exact(x, y, z) for x, y, z in zip(a, b, c)], dtype=np.float32)
+    keep = np.flatnonzero(two.view(np.uint32) != one.view(np.uint32))[:n]
+    assert keep.size == n
+    return a[keep], b[keep], c[keep], two[keep], one[keep]
+
+
+def test_launch_keeps_two_roundings_on_the_device():
+    a, b, c, two, one = _inputs_where_fusing_shows()
+    out = cuda.to_device(np.zeros_like(a))
+    _registry.launch("test.a_times_b_plus_c", cuda.jit(_a_times_b_plus_c), 2, 128, 0,
+                     cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), out)
+    got = out.copy_to_host()
+    assert got.tobytes() == two.tobytes(), (
+        f"{int(np.sum(got.view(np.uint32) == one.view(np.uint32)))} of {got.size} elements "
+        "are the fused result: _registry.launch compiled with FMA contraction on")
+
+
+@pytest.mark.gpu
+def test_default_compile_fuses_on_this_gpu():
+    """The control for the test above: outside ``exact_fp32`` the same source does contract
+    here, so the inputs can tell the two compilations apart."""
+    a, b, c, two, one = _inputs_where_fusing_shows()
+    out = cuda.to_device(np.zeros_like(a))
+    cuda.jit(_a_times_b_plus_c)[2, 128](cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), out)
+    assert out.copy_to_host().tobytes() == one.tobytes()
