@@ -154,7 +154,8 @@ def _validate(q, k_cache, v_cache, block_table, seq_lens, scale, k_scale, v_scal
     if sl.shape != (B,):
         raise ValueError(f"seq_lens: expected shape ({B},), got {sl.shape}")
     if row_lengths is None:
-        L = row_lengths_of(sl, Q)
+        # Q = 0: no rows (as with an explicit [B, 0] row_lengths); row_lengths_of needs Q >= 1
+        L = row_lengths_of(sl, Q) if Q else np.zeros((B, 0), dtype=np.int64)
         lname = "seq_lens"
     else:
         L = _int_array("row_lengths", row_lengths, 2)

@@ -341,3 +341,16 @@ def test_nan_v_code_reaches_only_the_rows_that_see_its_key(rows):
     assert oracle.first_mismatch(np.isnan(a), np.isnan(b)) is None
     fin = np.isfinite(b)
     assert oracle.max_abs(a[fin], b[fin]) <= 1e-12 * np.abs(b[fin]).max()
+
+
+def test_attention_reference_q_len_zero_default_lengths():
+    # Q = 0 has no rows: the causal default must give the same empty result as an explicit
+    # [B, 0] row_lengths (not a ValueError naming 'q_len', which is no argument here)
+    c = random_attention_case(np.random.default_rng(0), B=2, Q=2, Hq=2, Hkv=1, D=4,
+                              page_size=2, seq_lens=[3, 4])
+    c0 = dict(c, q=c["q"][:, :0])
+    for precision in ("fp64", "mp"):
+        a = oracle.attention_reference(**c0, precision=precision)
+        b = oracle.attention_reference(**c0, row_lengths=np.zeros((2, 0), np.int32),
+                                       precision=precision)
+        assert a.shape == b.shape == (2, 0, 2, 4) and a.dtype == np.float64

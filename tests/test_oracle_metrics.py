@@ -2,6 +2,7 @@
 import math
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -173,3 +174,19 @@ def test_public_names():
                  "max_abs", "first_mismatch", "run_selfcheck", "attention_reference_mp",
                  "gdn_reference_mp"):
         assert callable(getattr(oracle, name)), name
+
+
+def test_max_abs_overflowing_difference_is_inf_without_warning():
+    # finite inputs whose difference passes float64's range: the true |x - ref| is
+    # 2e308 > DBL_MAX, so inf, with no floating-point warning (rel_l2 handles the same pair
+    # silently); under warnings-as-errors max_abs used to raise instead of returning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert math.isinf(oracle.max_abs([1e308], [-1e308]))
+        assert math.isinf(oracle.max_abs(np.array([1e308, 1.0]), np.array([-1e308, 1.0])))
+        assert oracle.rel_l2([1e308], [-1e308]) == 2.0
+    with np.errstate(all="raise"):
+        assert math.isinf(oracle.max_abs([-1e308], [1e308]))
+    # NaN conventions unchanged
+    assert math.isnan(oracle.max_abs([np.inf], [np.inf]))
+    assert math.isnan(oracle.max_abs([1.0, np.nan], [1.0, 1.0]))
