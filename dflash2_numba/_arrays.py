@@ -175,7 +175,9 @@ def check_unit_last_stride(a: ArrayArg) -> None:
 
 
 def check_nonnegative_strides(a: ArrayArg) -> None:
-    """Device arrays must not have negative strides (numpy inputs are copied compactly)."""
+    """Device arrays must not have negative strides (numpy inputs are copied compactly): the
+    kernels' layouts, and numba's device-to-host copy (which the value and range checks of
+    index arrays make), take non-negative strides only."""
     if a.kind != KIND_NUMPY and any(s < 0 for s in a.strides):
         raise ValueError(f"{a.name}: negative strides are not supported, got {a.strides}")
 
@@ -222,6 +224,9 @@ def check_writable_output(a: ArrayArg, shape: Sequence[int], dtype, layout: str)
         raise ValueError(f"{a.name}: too small; expected {layout} = {tuple(shape)}, got {a.shape}")
     if tuple(a.shape) != tuple(shape):
         raise ValueError(f"{a.name}: expected shape {layout} = {tuple(shape)}, got {a.shape}")
+    # a negative stride on a size-1 dimension is C-contiguous by numpy's rule, but numba
+    # cannot copy such a device array to the host on a GPU (results() copies a device out)
+    check_nonnegative_strides(a)
     check_contiguous(a)
     check_writable(a)
 

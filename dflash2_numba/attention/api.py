@@ -217,11 +217,13 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
     bt = A.as_array_arg(block_table, "block_table")
     A.check_dtype(bt, [np.int32])
     A.check_ndim(bt, 2, "[B, W]")
+    A.check_nonnegative_strides(bt)   # (its values are copied to the host to be checked)
     if bt.shape[0] != B or bt.shape[1] < 1:
         raise ValueError(f"block_table: expected shape [B={B}, W>=1], got {bt.shape}")
     sl = A.as_array_arg(seq_lens, "seq_lens")
     A.check_dtype(sl, [np.int32])
     A.check_shape(sl, (B,), "[B]")
+    A.check_nonnegative_strides(sl)
 
     scale32 = A.check_finite_scalar(scale, "scale")
     ks32 = A.check_finite_scalar(k_scale, "k_scale", positive=True)
@@ -236,6 +238,7 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         ra = A.as_array_arg(row_lengths, "row_lengths")
         A.check_dtype(ra, [np.int32])
         A.check_shape(ra, (B, Q), "[B, Q]")
+        A.check_nonnegative_strides(ra)
     _check_values(qa, sl, ra, bt, page_size, num_pages)
 
     odt = A.check_dtype_choice(out_dtype, "out_dtype", ATTENTION_OUT_DTYPES)
@@ -245,13 +248,21 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         if not workspace.matches(B, S, Q, Hq, D):
             raise ValueError(f"workspace: built for {workspace!r}, the call needs batch={B}, "
                              f"splits={S}, q_len={Q}, heads={Hq}, head_dim={D}")
+    inputs = [(a.name, a) for a in (qa, ka, va, bt, sl, ra) if a is not None]
+    if workspace is not None:
+        # the split kernels write the records (and the combine the out slot, when it is the
+        # output) while the inputs are read: no shared device memory with an input
+        A.check_disjoint("workspace.partial", workspace.partial, inputs)
+        A.check_disjoint("workspace.lse", workspace.lse, inputs)
+        if out is None and workspace.out_dtype == odt:
+            A.check_disjoint("workspace.out", workspace.out, inputs)
     oa = None
     if out is not None:
         oa = A.as_array_arg(out, "out")
         A.check_writable_output(oa, (B, Q, Hq, D), odt, "[B, Q, Hq, D]")
         # the combine writes out while the split records are read: no shared device memory
         # with an input or the workspace's records (the workspace's own out is its slot)
-        others = [(a.name, a) for a in (qa, ka, va, bt, sl, ra) if a is not None]
+        others = list(inputs)
         if workspace is not None:
             others += [("workspace.partial", workspace.partial), ("workspace.lse", workspace.lse)]
         A.check_disjoint("out", oa, others)

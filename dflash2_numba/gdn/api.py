@@ -254,6 +254,7 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         cua = as_array_arg(cu_seqlens, "cu_seqlens")
         check_dtype(cua, [np.int32])
         check_ndim(cua, 1, "[N + 1]")
+        check_nonnegative_strides(cua)   # (its values are copied to the host to be checked)
         if cua.shape[0] < 1:
             raise ValueError(f"cu_seqlens: expected shape [N + 1] with N >= 0, got {cua.shape}")
         if B != 1:
@@ -267,6 +268,7 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         isa = as_array_arg(initial_state, "initial_state")
         check_dtype(isa, [np.float32])
         check_shape(isa, (N, HV, K, V), "[N, HV, K, V]")
+        check_nonnegative_strides(isa)
         check_contiguous(isa)
     sca = sia = None
     idx_host = None
@@ -281,11 +283,13 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         sca = as_array_arg(state_cache, "state_cache")
         check_dtype(sca, [np.float32])
         check_shape(sca, (None, HV, K, V), "[slots, HV, K, V]")
+        check_nonnegative_strides(sca)
         check_contiguous(sca)
         check_writable(sca)
         sia = as_array_arg(state_indices, "state_indices")
         check_dtype(sia, [np.int32])
         check_shape(sia, (N,), "[N]")
+        check_nonnegative_strides(sia)
         idx_host = np.asarray(sia.host_values()).astype(np.int64)
         check_int_range(idx_host, "state_indices", 0, sca.shape[0] - 1)
         uniq, counts = np.unique(idx_host, return_counts=True)
@@ -314,6 +318,10 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
     reads = [(a.name, a) for a in (qa, ka, va, ga, ba, isa, cua, sia) if a is not None]
     if oa is not None:
         check_disjoint("out", oa, reads + ([("state_cache", sca)] if sca is not None else []))
+        if (sca is not None and oa.kind == KIND_NUMPY and sca.kind == KIND_NUMPY
+                and np.shares_memory(oa.obj, sca.obj)):
+            # results() fills both on the host, one after the other
+            raise ValueError("out: overlaps state_cache in memory; pass separate buffers")
     if sca is not None:
         check_disjoint("state_cache", sca, reads)
 
