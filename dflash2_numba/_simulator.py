@@ -15,13 +15,18 @@ NUMBA_ENABLE_CUDASIM as numba reads it).
    block waits at it (exited threads count as arrived); an exception in any thread
    aborts the block and is re-raised.
 4. ``max`` / ``min`` of two floats inside simulated kernels and device functions ignore a
-   NaN operand, as numba's GPU lowering (``fmaxf`` / ``fminf``) does, instead of Python's
-   order-dependent NaN handling (:func:`_install_gpu_minmax`).
+   NaN operand, as numba's GPU lowering (``fmaxf`` / ``fminf``, PTX ``max.f32`` /
+   ``min.f32``) does, instead of Python's order-dependent NaN handling, and order the zeros
+   as PTX does (``max(-0.0, +0.0)`` is +0.0, ``min`` -0.0, in either order; Python returns
+   the first argument); two FP32 NaNs give the GPU's canonical NaN (:func:`_install_gpu_minmax`).
+5. A NaN result of the simulated FP32 ``cuda.fma`` is the GPU's canonical NaN
+   (``0x7FFFFFFF``; ``fma.rn.f32`` keeps no payload or sign), not the host's propagated one.
 """
 from __future__ import annotations
 
 import builtins
 import contextlib
+import math
 import sys
 import threading
 
@@ -45,7 +50,8 @@ def install() -> None:
 
     def fma(self, a, b, c):
         if type(a) is f32 or type(b) is f32 or type(c) is f32:
-            return fma32_exact(a, b, c)
+            r = fma32_exact(a, b, c)
+            return GPU_NAN32 if r != r else r
         return a * b + c
 
     kernelapi.FakeCUDAModule.fma = fma
@@ -145,6 +151,10 @@ def _is_nan(x) -> bool:
     return isinstance(x, (float, np.floating)) and x != x
 
 
+# the NaN every FP32 arithmetic instruction of an NVIDIA GPU returns (no payload, sign clear)
+GPU_NAN32 = np.uint32(0x7FFFFFFF).view(np.float32)
+
+
 def _gpu_minmax(pick):
     """``max`` / ``min`` as numba lowers them on a GPU: two floats go to ``__nv_fmaxf`` /
     ``__nv_fminf`` (``fmax`` / ``fmin`` for float64), which ignore a NaN operand (NaN only
@@ -157,9 +167,16 @@ def _gpu_minmax(pick):
             return pick(*args, **kwargs)
         a, b = args
         if _is_nan(a):
+            if _is_nan(b) and type(a) is np.float32 and type(b) is np.float32:
+                return GPU_NAN32
             return b
         if _is_nan(b):
             return a
+        if a == 0 and b == 0:
+            # PTX max.f32 / min.f32 order -0.0 below +0.0 (Python returns the first)
+            neg_a = math.copysign(1.0, a) < 0
+            want_neg = pick is builtins.min
+            return a if neg_a == want_neg else b
         return pick(a, b)
     minmax.__name__ = pick.__name__
     return minmax

@@ -234,3 +234,46 @@ def test_simulated_max_and_min_ignore_a_nan_as_the_gpu_does():
     ki[1, 1](outi)
     assert outi.tolist() == [5, -2]
     assert math.isnan(max(float("nan"), 1.0))          # host Python's max is untouched
+
+
+def test_max_min_zeros_and_nans_have_the_gpu_bits():
+    """PTX ``max.f32`` / ``min.f32`` (numba's ``max`` / ``min`` of two floats) order -0.0
+    below +0.0 whatever the argument order, and give the canonical NaN (0x7FFFFFFF) for two
+    NaNs; ``fma.rn.f32`` gives the canonical NaN for any NaN result. Python's ``max`` returns
+    its first argument for equal zeros and the host propagates the NaN operand's sign. On
+    the simulator this checks its patches; on a GPU, the hardware they copy."""
+    @cuda.jit
+    def k(out, a, b):
+        out[0] = max(a[0], b[0])
+        out[1] = max(b[0], a[0])
+        out[2] = min(a[0], b[0])
+        out[3] = min(b[0], a[0])
+        out[4] = max(a[1], b[1])
+        out[5] = cuda.fma(a[1], b[0], a[0])
+        out[6] = cuda.fma(a[2], b[2], a[0])
+
+    u = lambda w: np.uint32(w).view(np.float32)   # noqa: E731
+    a = np.array([-0.0, u(0xFFC00000), np.inf], np.float32)
+    b = np.array([0.0, u(0xFFC00001), 0.0], np.float32)
+    out = np.zeros(7, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        k[1, 1](out, a, b)
+    assert [hex(w) for w in out.view(np.uint32)] == [
+        "0x0", "0x0", "0x80000000", "0x80000000", "0x7fffffff", "0x7fffffff", "0x7fffffff"]
+
+
+def test_attention_lse_with_zero_scale_keeps_the_positive_zero_max():
+    """scale = 0 (accepted: finite) makes every score +-0 (the sign of q.k); the GPU's
+    tile max is +0.0 when any score is +0.0, the record's m too (the simulator took the
+    first key's zero)."""
+    import dflash2_numba as d2
+    import oracle
+
+    c = oracle.random_attention_case(np.random.default_rng(5), B=1, Q=2, Hq=2, Hkv=1, D=64,
+                                     page_size=16, seq_lens=[40], strided=False)
+    for variant in ("frozen", "tiled"):
+        r = d2.verify_attention(**dict(c, scale=0.0), splits=1, out_dtype="float32",
+                                variant=variant)
+        m = np.asarray(r.lse)[..., 0]
+        assert (m.view(np.uint32) == 0).all(), variant
