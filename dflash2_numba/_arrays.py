@@ -73,18 +73,35 @@ class ArrayArg:
         """A numba device array over the same memory (numpy: a copy on the device)."""
         if self._device is None:
             if self.kind == KIND_NUMPY:
-                self._device = cuda.to_device(np.ascontiguousarray(self.obj), stream=stream)
+                self._device = cuda.to_device(compact_host(self.obj), stream=stream)
             elif self.kind == KIND_DEVICE:
                 self._device = self.obj
             else:
                 self._device = cuda.as_cuda_array(self.obj, sync=False)
         return self._device
 
-    def host_values(self) -> np.ndarray:
-        """The values on the host (a copy for device arrays); only for small index arrays."""
+    def host_values(self, stream=0) -> np.ndarray:
+        """The values on the host (a copy for device arrays); only for small index arrays.
+        The copy is made on ``stream`` and waited for: on a GPU a copy on the legacy default
+        stream is not ordered after work on a non-blocking stream (a torch or CuPy stream),
+        such as a plan's own upload of a numpy input."""
         if self.kind == KIND_NUMPY:
             return np.asarray(self.obj)
-        return self.device().copy_to_host()
+        host = self.device(stream).copy_to_host(stream=stream)
+        if stream != 0:
+            stream.synchronize()
+        return host
+
+
+def compact_host(x: np.ndarray) -> np.ndarray:
+    """``x`` as a C-contiguous array with the canonical strides of its shape (a copy where
+    needed). ``np.ascontiguousarray`` keeps a zero stride on an axis of size 1 (``x[None]``,
+    ``broadcast_to``): numpy calls that C-contiguous, but numba's device copy keeps the
+    strides and types the device array as layout "A", which the flat-input kernels refuse."""
+    x = np.ascontiguousarray(x)
+    if x.size and tuple(x.strides) != _contiguous_strides(x.shape, x.itemsize):
+        x = x.copy(order="C")
+    return x
 
 
 def _unreachable_on_simulator(name: str, x: Any, how: str) -> TypeError:
@@ -189,6 +206,15 @@ def is_c_contiguous(a: ArrayArg) -> bool:
         return True
     want = _contiguous_strides(a.shape, a.itemsize)
     return all(n == 1 or st == w for n, st, w in zip(a.shape, a.strides, want))
+
+
+def is_numba_c_layout(a: ArrayArg) -> bool:
+    """Whether numba types ``a`` (a device array) as layout "C": C-contiguous, and no zero
+    stride on a non-empty array, even on an axis of size 1 (numba's rule, stricter than
+    numpy's: ``numba.cuda.cudadrv.dummyarray.Array._compute_layout``)."""
+    if not is_c_contiguous(a):
+        return False
+    return any(n == 0 for n in a.shape) or 0 not in a.strides
 
 
 def check_contiguous(a: ArrayArg) -> None:
@@ -326,9 +352,10 @@ def first_offender(values: np.ndarray, ok: np.ndarray):
     return idx, values[idx]
 
 
-def check_all_finite(a: ArrayArg, hint: str = "") -> None:
-    """Every value finite (copies device arrays to the host); names the first offender."""
-    values = np.asarray(a.host_values())
+def check_all_finite(a: ArrayArg, hint: str = "", stream=0) -> None:
+    """Every value finite (copies device arrays to the host on ``stream``); names the first
+    offender."""
+    values = np.asarray(a.host_values(stream))
     found = first_offender(values, np.isfinite(values))
     if found is not None:
         raise ValueError(f"{a.name}: must be finite; found {found[1]!r} at index {found[0]}{hint}")
@@ -390,6 +417,15 @@ def _simulator_stream_type():
     return sim_stream
 
 
+def _external(handle: int):
+    """numba's stream for a raw handle. A handle that is no unsigned 64-bit value is refused
+    naming ``stream`` (on a GPU numba's ``external_stream`` raises ``OverflowError`` from
+    ``CUstream(handle)`` for it; the simulator has no external streams at all)."""
+    if not 0 <= handle < 2 ** 64:
+        raise ValueError(f"stream: a raw stream handle must be in [0, 2**64), got {handle}")
+    return cuda.external_stream(handle)
+
+
 def resolve_stream(stream):
     """numba stream (the simulator's included), torch/cupy stream, an object with the CUDA
     stream protocol (``__cuda_stream__() -> (version, handle)``, e.g. ``cuda.core.Stream``),
@@ -412,11 +448,11 @@ def resolve_stream(stream):
         except (TypeError, ValueError) as e:
             raise TypeError(f"stream: {type(stream).__name__}.__cuda_stream__() must return "
                             f"(version, handle), failed with {e}") from None
-        return 0 if handle == 0 else cuda.external_stream(handle)
+        return 0 if handle == 0 else _external(handle)
     for attr in ("cuda_stream", "ptr"):
         if hasattr(stream, attr):
-            return cuda.external_stream(int(getattr(stream, attr)))
+            return _external(int(getattr(stream, attr)))
     if isinstance(stream, (int, np.integer)):
-        return cuda.external_stream(int(stream))
+        return _external(int(stream))
     raise TypeError(f"stream: expected a numba, torch or cupy stream, an object with __cuda_stream__, "
                     f"an int handle or None, got {type(stream).__name__}")

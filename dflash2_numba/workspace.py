@@ -40,6 +40,9 @@ class GuardedBuffer:
         self.flat.copy_to_device(self._host_sentinel, stream=stream)
 
     def guards_intact(self) -> bool:
+        # the launches may be on any stream, a non-blocking one (torch, CuPy) included,
+        # which a copy on the legacy default stream would not wait for: wait for them all
+        cuda.synchronize()
         host = self.flat.copy_to_host()
         sent = np.asarray(SENTINEL, dtype=self.dtype).tobytes()
         lo = host[:self.guard].tobytes()

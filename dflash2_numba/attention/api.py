@@ -146,24 +146,25 @@ def _check_grid_dims(B: int, Hkv: int, Hq: int, D: int) -> None:
 
 
 def _check_values(qa: A.ArrayArg, sl: A.ArrayArg, ra: Optional[A.ArrayArg], bt: A.ArrayArg,
-                  page_size: int, num_pages: int) -> None:
+                  page_size: int, num_pages: int, stream=0) -> None:
     """The checks on values (not shapes): q finite, the lengths within what the block table
     can name, and every block-table entry a request reaches naming a page. Run at plan time
-    and by :meth:`AttentionPlan.check_inputs` (host copies of device arrays)."""
+    and by :meth:`AttentionPlan.check_inputs` (host copies of device arrays, made on
+    ``stream``: the plan's, on which its numpy inputs were uploaded)."""
     B, Q = qa.shape[0], qa.shape[1]
     max_keys = bt.shape[1] * page_size
-    A.check_all_finite(qa)   # NaN / inf in q is the caller's error, not a NaN output
+    A.check_all_finite(qa, stream=stream)   # NaN / inf in q is the caller's error, not a NaN output
     if ra is not None:
-        L = ra.host_values().astype(np.int64)
+        L = ra.host_values(stream).astype(np.int64)
         A.check_int_range(L, "row_lengths", -(2 ** 31), max_keys)
-        A.check_int_range(sl.host_values(), "seq_lens", -(2 ** 31) + MAX_Q, 2 ** 31 - 1)
+        A.check_int_range(sl.host_values(stream), "seq_lens", -(2 ** 31) + MAX_Q, 2 ** 31 - 1)
     else:
-        sv = sl.host_values().astype(np.int64)
+        sv = sl.host_values(stream).astype(np.int64)
         A.check_int_range(sv, "seq_lens", -(2 ** 31) + MAX_Q, max_keys + Q - 1)
         L = default_row_lengths(sv, Q)
         A.check_int_range(L, "seq_lens (as row lengths)", -(2 ** 31), max_keys)
     # every block-table entry a request reaches must name a page
-    table = bt.host_values()
+    table = bt.host_values(stream)
     T = L.max(axis=1)
     for b in range(B):
         cols = ceil_div(int(T[b]), page_size) if T[b] > 0 else 0
@@ -302,7 +303,8 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         workspace=workspace,
         value_check=lambda: _check_values(bound["q"], bound["seq_lens"],
                                           bound["row_lengths"] if ra is not None else None,
-                                          bound["block_table"], int(page_size), int(num_pages)))
+                                          bound["block_table"], int(page_size), int(num_pages),
+                                          strm))
 
 
 def verify_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale=1.0,

@@ -33,7 +33,9 @@ if SIMULATOR:
     def view(a, base):
         # the GPU intrinsic types only layout "C"; numpy's reshape would copy a strided
         # array silently (a result here, a typing error on the GPU)
-        if not a.flags.c_contiguous:
+        # numba types an array with a zero stride as layout "A" even on an axis of size 1
+        # (numpy calls it C-contiguous): on the GPU the intrinsic refuses it at typing
+        if not a.flags.c_contiguous or (a.size and 0 in a.strides):
             raise TypeError("view: needs a C-contiguous array")
         return a.reshape(-1)[base:]
 

@@ -30,7 +30,8 @@ from .. import _registry
 from .._arrays import (KIND_NUMPY, ArrayArg, as_array_arg, check_all_finite, check_contiguous,
                        check_disjoint, check_dtype, check_finite_scalar, check_int_range, check_ndim,
                        check_nonnegative_strides, check_shape, check_writable, check_writable_output,
-                       first_offender, is_c_contiguous, parse_dtype, resolve_stream, result_like)
+                       compact_host, first_offender, is_numba_c_layout, parse_dtype, resolve_stream,
+                       result_like)
 from .._compat import cuda
 from ..contract import GDN_DIMS
 from ._common import VB, GdnPlan
@@ -47,7 +48,7 @@ def _bool_arg(value, name: str) -> bool:
 def _to_device(a: ArrayArg, stream):
     """Device view of an argument (numpy: a C-contiguous copy on the device)."""
     if a.kind == KIND_NUMPY:
-        return cuda.to_device(np.ascontiguousarray(a.obj), stream=stream)
+        return cuda.to_device(compact_host(a.obj), stream=stream)
     return a.device(stream)
 
 
@@ -299,10 +300,12 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
 
     if var.flat_inputs:
         for a in (qa, ka, va, ga, ba):
-            if a.kind != KIND_NUMPY and not is_c_contiguous(a):
+            # numba's layout rule: a zero stride, even on an axis of size 1, types as "A"
+            if a.kind != KIND_NUMPY and not is_numba_c_layout(a):
                 raise ValueError(
                     f"{a.name}: variant {var.name!r} reads q, k, v, g and beta as C-contiguous "
-                    f"device arrays, got strides {a.strides} for shape {a.shape}; pass a "
+                    f"device arrays (no zero stride), got strides {a.strides} for shape "
+                    f"{a.shape}; pass a "
                     f"contiguous copy or use variant 'chunked'")
     if values:
         _check_values(ga, ba, qa, ka, va, isa)
