@@ -14,28 +14,14 @@ the kernels no longer keep the contract's operation order.
   on a GPU the same source launched outside it returns the fused result (the control:
   that GPU's default compile does contract; ``gpu``-marked).
 """
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 
 from dflash2_numba import _registry
 from dflash2_numba._compat import cuda, fma32_exact
+from tests.nvvm_child import child_json
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-CHILD = textwrap.dedent(r"""
-    import json, sys
-    try:
-        from numba.cuda.cudadrv.nvvm import NVVM
-        NVVM()
-    except Exception as e:
-        print("NO_NVVM", e)
-        sys.exit(77)
+CHILD = r"""
     from numba import cuda, types
     from dflash2_numba._compat import compile_ptx_cc
 
@@ -60,20 +46,11 @@ CHILD = textwrap.dedent(r"""
         "numba_default": ops(cuda.compile_ptx(two_roundings, sig, cc=(7, 0))[0]),
     }
     print("OPS" + json.dumps(found))
-""")
+"""
 
 
 def test_ptx_keeps_two_roundings_and_explicit_fma():
-    env = dict(os.environ)
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
-                          env=env, timeout=600)
-    if proc.returncode == 77:
-        pytest.skip("numba finds no libNVVM (install the cuda12 extra)")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("OPS"))
-    found = json.loads(line[3:])
+    found = child_json(CHILD, "OPS", timeout=600)
     assert found["package"] == {"fma.rn.f32": 0, "mul.rn.f32": 1, "add.rn.f32": 1}, found
     assert found["package_fma"]["fma.rn.f32"] == 1, found
     assert found["package_fma"]["mul.rn.f32"] == 0, found

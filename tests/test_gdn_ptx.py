@@ -5,28 +5,11 @@ that targets sm_70 is installed) no register spills; the warp-specialised state 
 
 Runs in a child process without NUMBA_ENABLE_CUDASIM; skipped when numba cannot find
 libNVVM there."""
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
-import pytest
+from tests.nvvm_child import child_json
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# every child first proves that numba finds libNVVM (exit 77: the test skips)
-NVVM_PREAMBLE = textwrap.dedent(r"""
-    import json, re, sys
-    try:
-        from numba.cuda.cudadrv.nvvm import NVVM
-        NVVM()
-    except Exception as e:
-        print("NO_NVVM", e)
-        sys.exit(77)
-""")
-
-CHILD = NVVM_PREAMBLE + textwrap.dedent(r"""
+CHILD = textwrap.dedent(r"""
     import dflash2_numba  # noqa: F401  (registers the variants)
     import dflash2_numba.gdn  # noqa: F401
     from dflash2_numba._compat import compile_ptx_cc
@@ -60,23 +43,8 @@ CHILD = NVVM_PREAMBLE + textwrap.dedent(r"""
 """)
 
 
-def _child_json(code: str, tag: str):
-    """Run ``code`` in a child without the simulator (real typing and NVVM) and return the
-    JSON it printed after ``tag``; skip when numba finds no libNVVM there."""
-    env = dict(os.environ)
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
-    if proc.returncode == 77:
-        pytest.skip("numba.cuda cannot find libNVVM: " + proc.stdout.strip()[-200:])
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith(tag)][-1]
-    return json.loads(line[len(tag):])
-
-
 def test_gdn_kernels_compile_for_sm70():
-    rows = _child_json(CHILD, "ROWS")
+    rows = child_json(CHILD, "ROWS")
     names = {(r["variant"], r["kernel"]) for r in rows}
     assert {("serial", "gdn_serial_fwd"), ("chunked", "gdn_chunked_fwd")} <= names
     for r in rows:
@@ -97,7 +65,7 @@ def test_gdn_kernels_compile_for_sm70():
             assert r.get("stack_bytes", 0) == 0, r
 
 
-LAYOUT_CHILD = NVVM_PREAMBLE + textwrap.dedent(r"""
+LAYOUT_CHILD = textwrap.dedent(r"""
     from numba import types as t
     import dflash2_numba.gdn  # noqa: F401  (registers the variants)
     from dflash2_numba import _registry
@@ -129,7 +97,7 @@ def test_flat_inputs_flag_matches_what_compiles():
     """``Variant.flat_inputs`` (the API's refusal of strided device inputs) is exactly the
     set of variants whose kernels do not type with any-layout q, k, v, g, beta at sm_70:
     the frozen and serial kernels accept strided views, the pre-pass variants do not."""
-    found = _child_json(LAYOUT_CHILD, "LAYOUT")
+    found = child_json(LAYOUT_CHILD, "LAYOUT")
     assert {"chunked", "serial"} <= set(found)
     for name, r in found.items():
         assert r["flat_inputs"] == (not r["strided_compiles"]), (name, r)
