@@ -277,3 +277,49 @@ def test_attention_lse_with_zero_scale_keeps_the_positive_zero_max():
                                 variant=variant)
         m = np.asarray(r.lse)[..., 0]
         assert (m.view(np.uint32) == 0).all(), variant
+
+
+@simulator_only
+def test_gdn_fma_groups_give_the_gpu_canonical_nan():
+    """The simulator's ``fma2`` / ``fma4`` (gdn/_split_ops.py, used by chunked_split and its
+    descendants) are ``cuda.fma``: a NaN result is 0x7FFFFFFF (``fma.rn.f32``), also where
+    the host makes its own (inf - inf, 0 * inf: 0xFFC00000) or a NaN operand has other bits."""
+    from numba.cuda.simulator import kernelapi
+
+    from dflash2_numba.gdn._split_ops import fma2, fma4
+
+    f = np.float32
+    inf, nan_neg = f(np.inf), np.uint32(0xFFC00001).view(np.float32)
+    b4 = (f(0.0), f(1.0), f(2.0), f(1.0))
+    c4 = (f(0.0), -inf, -inf, nan_neg)
+    res = fma4(inf, b4, c4) + fma2(f(0.0), (inf, f(1.0)), (f(1.0), nan_neg))
+    sim_fma = kernelapi.FakeCUDAModule.fma        # the patched cuda.fma of a kernel
+    want = [sim_fma(None, inf, b, c) for b, c in zip(b4, c4)] + [
+        sim_fma(None, f(0.0), inf, f(1.0)), sim_fma(None, f(0.0), f(1.0), nan_neg)]
+    assert [int(np.float32(r).view(np.uint32)) for r in res] == [0x7FFFFFFF, 0x7FFFFFFF,
+                                                                  0x7FFFFFFF, 0x7FFFFFFF,
+                                                                  0x7FFFFFFF, 0x7FFFFFFF]
+    assert [np.float32(r).tobytes() for r in res] == [np.float32(w).tobytes() for w in want]
+
+
+@simulator_only
+def test_gdn_split_state_nan_from_finite_inputs_matches_chunked():
+    """Finite inputs that pass the host checks (g = 0, beta = 1, |v| = 3e38) overflow the
+    state to +-inf and inf - inf inside an fma: chunked_split's final state must hold the
+    frozen chunked kernel's bytes (canonical NaN), as both run fma.rn.f32 on a GPU."""
+    from dflash2_numba.gdn import gdn_prefill
+
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 4, 1, 32)).astype(np.float32)
+    k = rng.standard_normal((1, 4, 1, 32)).astype(np.float32)
+    v = (np.sign(rng.standard_normal((1, 4, 1, 32))) * 3e38).astype(np.float32)
+    g = np.zeros((1, 4, 1), np.float32)
+    beta = np.ones((1, 4, 1), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        o0, s0 = gdn_prefill(q, k, v, g, beta, variant="chunked", out_dtype="float32")
+        o1, s1 = gdn_prefill(q, k, v, g, beta, variant="chunked_split", out_dtype="float32")
+    s0, s1 = np.asarray(s0), np.asarray(s1)
+    assert np.isnan(s0).any()
+    assert np.asarray(o1).tobytes() == np.asarray(o0).tobytes()
+    assert s1.tobytes() == s0.tobytes()

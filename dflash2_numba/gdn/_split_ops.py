@@ -6,7 +6,8 @@ On a GPU these are numba device functions and intrinsics (one ld/st instruction 
 negative-index wraparound, 16-byte vector accesses where the caller guarantees alignment).
 On the simulator they are plain Python with the same arithmetic (the simulator's per-call
 module swap of device functions would dominate its run time); ``fma4`` there calls the
-correctly rounded host fma that the simulator's own ``cuda.fma`` uses for float32 operands.
+correctly rounded host fma that the simulator's own ``cuda.fma`` uses for float32 operands,
+with its canonical NaN.
 No value is computed here: every function is a load, a store, or ``cuda.fma`` itself.
 """
 from __future__ import annotations
@@ -29,7 +30,15 @@ N_HS = MAXD * VS
 N_VS = C * VS
 
 if SIMULATOR:
-    from .._compat import fma32_exact as _fma
+    from .._compat import fma32_exact
+    from .._simulator import GPU_NAN32
+
+    def _fma(a, b, c):
+        """The simulator's ``cuda.fma`` for float32 operands: correctly rounded, and a NaN
+        result is the GPU's canonical NaN (0x7FFFFFFF) as ``fma.rn.f32`` gives, not the
+        host's (inf - inf or 0 * inf gives 0xFFC00000 there)."""
+        r = fma32_exact(a, b, c)
+        return GPU_NAN32 if r != r else r
 
     SHARED_ALIGN = None          # the simulator refuses an explicit alignment
 
