@@ -54,7 +54,8 @@ class AttentionWorkspace:
     """Device buffers for ``verify_attention`` at one shape, with guard rows.
 
     ``partial``, ``lse`` and ``out`` are numba device arrays; pass the workspace as
-    ``workspace=`` (its ``out`` is used when ``out=None`` and ``out_dtype`` matches).
+    ``workspace=`` (its ``out`` is the combine's output when ``out_dtype`` matches and no
+    device ``out`` is given; a numpy ``out`` then receives a copy of it).
     """
 
     def __init__(self, *, batch: int, q_len: int, heads: int, head_dim: int,

@@ -72,7 +72,7 @@ ATT_NEGATIVE = [
     ("block_table", lambda c: dict(block_table=cuda.to_device(
         np.ascontiguousarray(c["block_table"][:, ::-1]))[:, ::-1])),
     ("seq_lens", lambda c: dict(seq_lens=_reversed_on_device(np.r_[c["seq_lens"], 0].astype(
-        np.int32))[1:])),
+        np.int32))[:1])),
     ("row_lengths", lambda c: dict(row_lengths=cuda.to_device(
         np.array([[6, 5]], np.int32))[:, ::-1])),
     ("out", lambda c: dict(out=_size1_negative(np.full((1, 2, 1, 64), 7, np.float16)),
@@ -160,11 +160,13 @@ def test_gdn_refuses_negative_stride_device_out():
     assert "negative strides" in msg
 
 
-@pytest.mark.parametrize("record", ["partial", "lse", "out"])
-def test_workspace_sharing_memory_with_q_is_refused(record):
+@pytest.mark.parametrize("record,numpy_out", [("partial", False), ("lse", False), ("out", False),
+                                              ("out", True)])
+def test_workspace_sharing_memory_with_q_is_refused(record, numpy_out):
     """q read from the workspace's own memory: the kernels would write over the caller's q
     while reading it (before: launched, q overwritten). Refused naming the workspace buffer
-    and q; nothing is written."""
+    and q; nothing is written. The out slot is the combine's output with a numpy ``out``
+    too (the numpy array receives a copy of it)."""
     c = _att()
     splits = 16                                                # lse: 64 words, q's size
     ws = d2.AttentionWorkspace(batch=1, q_len=2, heads=1, head_dim=64, splits=splits,
@@ -176,16 +178,20 @@ def test_workspace_sharing_memory_with_q_is_refused(record):
     q_view = buf[:n32].view(np.float16).reshape(c["q"].shape)
     before = ws.partial.copy_to_host(), ws.lse.copy_to_host(), ws.out.copy_to_host()
     d2.route_counters(reset=True)
+    host_out = np.full(c["q"].shape, SENTINEL, np.float32) if numpy_out else None
     with pytest.raises(ValueError, match=rf"^workspace\.{record}: overlaps q in device memory"):
-        d2.verify_attention(**dict(c, q=q_view), splits=splits, workspace=ws, out_dtype="float32")
+        d2.verify_attention(**dict(c, q=q_view), splits=splits, workspace=ws, out_dtype="float32",
+                            out=host_out)
     assert d2.route_counters() == {}
+    assert host_out is None or (host_out == SENTINEL).all()
     after = ws.partial.copy_to_host(), ws.lse.copy_to_host(), ws.out.copy_to_host()
     assert all(a.tobytes() == b.tobytes() for a, b in zip(after, before)) and ws.guards_intact()
 
 
 def test_workspace_out_slot_not_used_is_not_checked():
-    """The workspace's out slot is only the output when ``out`` is None and its dtype matches:
-    q held there with a float16 call into a float32 workspace is read only, and runs."""
+    """The workspace's out slot is only the output when no device ``out`` is given and its
+    dtype matches: q held there with a float16 call into a float32 workspace is read only,
+    and runs."""
     c = _att()
     ws = d2.AttentionWorkspace(batch=1, q_len=2, heads=1, head_dim=64, splits=S,
                                out_dtype="float32")

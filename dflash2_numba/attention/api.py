@@ -250,17 +250,22 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
             raise ValueError(f"workspace: built for {workspace!r}, the call needs batch={B}, "
                              f"splits={S}, q_len={Q}, heads={Hq}, head_dim={D}")
     inputs = [(a.name, a) for a in (qa, ka, va, bt, sl, ra) if a is not None]
+    oa = None
+    if out is not None:
+        oa = A.as_array_arg(out, "out")
+        A.check_writable_output(oa, (B, Q, Hq, D), odt, "[B, Q, Hq, D]")
+    # the combine writes the workspace's out slot when no device out is given (a numpy out
+    # then receives a copy of it) and the slot's dtype is the call's
+    ws_out_is_output = (workspace is not None and workspace.out_dtype == odt
+                        and (oa is None or oa.kind == A.KIND_NUMPY))
     if workspace is not None:
         # the split kernels write the records (and the combine the out slot, when it is the
         # output) while the inputs are read: no shared device memory with an input
         A.check_disjoint("workspace.partial", workspace.partial, inputs)
         A.check_disjoint("workspace.lse", workspace.lse, inputs)
-        if out is None and workspace.out_dtype == odt:
+        if ws_out_is_output:
             A.check_disjoint("workspace.out", workspace.out, inputs)
-    oa = None
-    if out is not None:
-        oa = A.as_array_arg(out, "out")
-        A.check_writable_output(oa, (B, Q, Hq, D), odt, "[B, Q, Hq, D]")
+    if oa is not None:
         # the combine writes out while the split records are read: no shared device memory
         # with an input or the workspace's records (the workspace's own out is its slot)
         others = list(inputs)
@@ -282,7 +287,7 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         lse = _allocate((B, S, Q, Hq, 2), np.float32, strm)
     if oa is not None and oa.kind != A.KIND_NUMPY:
         out_dev = oa.device()
-    elif workspace is not None and workspace.out_dtype == odt:
+    elif ws_out_is_output:
         out_dev = workspace.out
     else:
         out_dev = _allocate((B, Q, Hq, D), odt, strm)
