@@ -16,11 +16,17 @@ NUMBA_ENABLE_CUDASIM as numba reads it).
    aborts the block and is re-raised.
 4. ``max`` / ``min`` of two floats inside simulated kernels and device functions ignore a
    NaN operand, as numba's GPU lowering (``fmaxf`` / ``fminf``, PTX ``max.f32`` /
-   ``min.f32``) does, instead of Python's order-dependent NaN handling, and order the zeros
-   as PTX does (``max(-0.0, +0.0)`` is +0.0, ``min`` -0.0, in either order; Python returns
-   the first argument); two FP32 NaNs give the GPU's canonical NaN (:func:`_install_gpu_minmax`).
-5. A NaN result of the simulated FP32 ``cuda.fma`` is the GPU's canonical NaN
-   (``0x7FFFFFFF``; ``fma.rn.f32`` keeps no payload or sign), not the host's propagated one.
+   ``min.f32``) does, instead of Python's order-dependent NaN handling; for two float32
+   operands they also order the zeros as the PTX documentation gives for ``max.f32`` /
+   ``min.f32`` (``max(-0.0, +0.0)`` is +0.0, ``min`` -0.0, in either order; Python returns
+   the first argument) and give its canonical NaN for two NaNs (:func:`_install_gpu_minmax`).
+5. A NaN result of the simulated FP32 ``cuda.fma`` is the canonical NaN the documentation
+   gives for ``fma.rn.f32`` (``0x7FFFFFFF``, no payload or sign), not the host's propagated
+   one (:func:`fma32_gpu`).
+
+Items 4 and 5 follow NVIDIA's documentation (PTX ISA; the CUDA programming guide's NaN
+pattern) and had not been observed on a GPU when written; the tests in
+``tests/test_simulator_patches.py`` that check them run on a GPU too (``DFLASH2_GPU=1``).
 """
 from __future__ import annotations
 
@@ -44,14 +50,14 @@ def install() -> None:
     from numba.cuda.simulator import kernelapi
     from numba.np import numpy_support
 
-    from ._compat import fma32_exact
+    global _fma32_exact
+    from ._compat import fma32_exact as _fma32_exact
 
     f32 = np.float32
 
     def fma(self, a, b, c):
         if type(a) is f32 or type(b) is f32 or type(c) is f32:
-            r = fma32_exact(a, b, c)
-            return GPU_NAN32 if r != r else r
+            return fma32_gpu(a, b, c)
         return a * b + c
 
     kernelapi.FakeCUDAModule.fma = fma
@@ -151,8 +157,22 @@ def _is_nan(x) -> bool:
     return isinstance(x, (float, np.floating)) and x != x
 
 
-# the NaN every FP32 arithmetic instruction of an NVIDIA GPU returns (no payload, sign clear)
+# the NaN the PTX documentation gives for a NaN result of fma.rn.f32 and of max.f32 /
+# min.f32 with two NaN operands (no payload, sign clear)
 GPU_NAN32 = np.uint32(0x7FFFFFFF).view(np.float32)
+
+
+def fma32_gpu(a, b, c):
+    """``fma.rn.f32`` on the host: correctly rounded (:func:`._compat.fma32_exact`), and a
+    NaN result is :data:`GPU_NAN32`, not the host's (x86 gives 0xFFC00000 for inf - inf or
+    0 * inf, and passes a NaN operand's payload on)."""
+    r = _fma32_exact(a, b, c)
+    return GPU_NAN32 if r != r else r
+
+
+def _fma32_exact(a, b, c):
+    # bound to _compat.fma32_exact by install() (_compat imports this module while it loads)
+    raise RuntimeError("dflash2_numba._simulator.install() has not run")
 
 
 def _gpu_minmax(pick):
@@ -172,7 +192,7 @@ def _gpu_minmax(pick):
             return b
         if _is_nan(b):
             return a
-        if a == 0 and b == 0:
+        if a == 0 and b == 0 and type(a) is np.float32 and type(b) is np.float32:
             # PTX max.f32 / min.f32 order -0.0 below +0.0 (Python returns the first)
             neg_a = math.copysign(1.0, a) < 0
             want_neg = pick is builtins.min

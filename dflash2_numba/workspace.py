@@ -101,7 +101,9 @@ class AttentionWorkspace:
         return self
 
     def guards_intact(self) -> bool:
-        """True while no element outside the real buffers has been written."""
+        """True while no element outside the real buffers has been written. Waits for all
+        work on the device first (``cuda.synchronize()``: launches on any stream, a
+        non-blocking one included), so it is not for use inside a stream capture."""
         return all(buf.guards_intact() for buf in self._buffers.values())
 
     def guard_report(self) -> Dict[str, bool]:

@@ -12,6 +12,13 @@ def case(rng, **kw):
     return oracle.random_attention_case(rng, **kw)
 
 
+def tiny_case():
+    """One request of six keys in four-key pages, Q = 2, one head of D = 64 and a spare
+    page: the smallest call the argument-check tests launch."""
+    return oracle.random_attention_case(np.random.default_rng(0), B=1, Q=2, Hq=1, Hkv=1, D=64,
+                                        page_size=4, seq_lens=[6], strided=False, extra_pages=1)
+
+
 def run(d2, c, **kw):
     args = {k: v for k, v in c.items()}
     args.update(kw)

@@ -1,5 +1,6 @@
 """Host-side behaviour where numba-cuda on a GPU differs from its simulator (an audit of
-every numba.cuda host API the package calls, numba-cuda 0.30.4):
+every numba.cuda host API the package calls, from numba-cuda 0.30.4's source; the GPU side
+was read, not yet run):
 
 * Layout typing. numba types a device array with a zero stride as layout "A" even when
   that axis has size 1 (``cudadrv/dummyarray.py`` ``_compute_layout``: "If this is a
@@ -7,10 +8,10 @@ every numba.cuda host API the package calls, numba-cuda 0.30.4):
   call it C-contiguous. ``x[None]`` and ``np.broadcast_to`` make such arrays, and
   ``np.ascontiguousarray`` keeps the zero stride, as does ``cuda.to_device`` (it copies
   the strides). The flat-input GDN variants' ``view`` intrinsic types only layout "C", so on
-  a GPU ``gdn_prefill(q[None], ...)`` failed at kernel typing (a numba TypingError after
+  a GPU ``gdn_prefill(q[None], ...)`` would fail at kernel typing (a numba TypingError after
   every check) where the simulator ran it. Numpy inputs are now copied with canonical
   strides; a device input with a zero stride is refused by name for those variants; the
-  simulator's ``view`` applies numba's rule, so the simulator fails as the GPU did.
+  simulator's ``view`` applies numba's rule, so the simulator fails as the GPU would.
 * Raw stream handles. On a GPU ``cuda.external_stream`` builds ``CUstream(handle)``, which
   raises ``OverflowError`` for a negative handle or one of 2**64 or more; the simulator
   raises its ``RuntimeError`` for every handle. Such handles are refused naming ``stream``.
@@ -24,27 +25,34 @@ import numpy as np
 import pytest
 
 import dflash2_numba as d2
-import oracle
+from dflash2_numba import _arrays as A
 from dflash2_numba import _registry
 from dflash2_numba._compat import cuda
+from tests.attention_helpers import tiny_case
 
 FLAT = [n for n, v in _registry.variants("gdn").items() if v.flat_inputs]
 
 
+def _numba_gpu_dummyarray():
+    """numba-cuda's own (GPU-side) ``cudadrv/dummyarray.py``, which decides the layout numba
+    types a device array with; the simulator replaces that module, so it is loaded by path."""
+    import importlib.util
+    import os
+
+    import numba_cuda
+
+    path = os.path.join(os.path.dirname(numba_cuda.__file__), "numba", "cuda", "cudadrv",
+                        "dummyarray.py")
+    spec = importlib.util.spec_from_file_location("_numba_gpu_dummyarray", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _numba_layout_is_c(arr) -> bool:
-    """numba's rule for layout "C" (dummyarray._compute_layout), on shape and strides."""
-    shape, strides = tuple(arr.shape), tuple(arr.strides)
-    if any(n == 0 for n in shape):
-        return True
-    if 0 in strides:
-        return False
-    want = arr.dtype.itemsize
-    for n, st in zip(reversed(shape), reversed(strides)):
-        if n != 1:
-            if st != want:
-                return False
-            want *= n
-    return True
+    """numba's own verdict: would a device array of this shape and strides be layout "C"."""
+    dummy = _numba_gpu_dummyarray().Array
+    return dummy.from_desc(0, tuple(arr.shape), tuple(arr.strides), arr.dtype.itemsize).is_c_contig
 
 
 def _gdn3(T=8, H=1, K=32):
@@ -61,8 +69,17 @@ def test_zero_stride_size1_axis_is_not_numba_c_layout():
     a = np.zeros((3, 2, 4), np.float32)
     assert a[None].strides[0] == 0 and a[None].flags.c_contiguous
     assert np.ascontiguousarray(a[None]).strides[0] == 0     # numpy keeps it
-    assert not _numba_layout_is_c(a[None])
+    assert not _numba_layout_is_c(a[None]) and _numba_layout_is_c(a)
     assert cuda.to_device(a[None]).strides[0] == 0            # so does the device copy
+    # the package's rule is numba's, on the cases that matter here
+    d = cuda.to_device(a)
+    cases = (d, d[None], d[:, :1], d[:, ::2], cuda.to_device(np.zeros((0, 3), np.float32))[None])
+    verdicts = []
+    for dev in cases:
+        arg = A.as_array_arg(dev, "x")
+        verdicts.append(_numba_layout_is_c(arg))
+        assert A.is_numba_c_layout(arg) == verdicts[-1], (arg.shape, arg.strides)
+    assert verdicts == [True, False, False, False, True]    # d[:, :1] keeps gaps between rows
 
 
 @pytest.mark.parametrize("variant", FLAT)
@@ -104,16 +121,11 @@ def test_chunked_still_reads_zero_stride_device_inputs():
     assert h.copy_to_host().tobytes() == h_ref.tobytes()
 
 
-def _att():
-    return oracle.random_attention_case(np.random.default_rng(0), B=1, Q=2, Hq=1, Hkv=1, D=64,
-                                        page_size=4, seq_lens=[6], strided=False, extra_pages=1)
-
-
 def test_check_inputs_copies_on_the_plan_stream_and_waits(monkeypatch):
     """The plan uploads its numpy inputs on its stream; the re-check must read them there
     (a default-stream copy would not wait for a non-blocking stream's upload on a GPU)."""
     s = cuda.stream()
-    plan = d2.plan_attention(**_att(), splits=2, stream=s)
+    plan = d2.plan_attention(**tiny_case(), splits=2, stream=s)
     fake = type(plan.q)
     copies, syncs = [], []
     orig_copy = fake.copy_to_host
@@ -153,4 +165,4 @@ def test_out_of_range_raw_stream_handle_is_refused_by_name(handle, monkeypatch):
 
     monkeypatch.setattr(cuda, "external_stream", gpu_like)
     with pytest.raises(ValueError, match=r"^stream: "):
-        d2.verify_attention(**_att(), splits=2, stream=handle)
+        d2.verify_attention(**tiny_case(), splits=2, stream=handle)

@@ -117,6 +117,7 @@ def test_screen_catches_wrong_variants(bad_variants, tmp_path, capsys):
 
     every = json.loads(out.read_text())["rows"] if out.exists() else None
     assert rc == 1, (rc, every)
+    assert every is not None, "no JSON report written"
     rows = {r["variant"]: r for r in every}
     r = rows["frozen"]
     assert r["status"] == "ok" and r["bitwise"] is None, r

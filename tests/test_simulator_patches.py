@@ -302,7 +302,6 @@ def test_gdn_fma_groups_give_the_gpu_canonical_nan():
     assert [np.float32(r).tobytes() for r in res] == [np.float32(w).tobytes() for w in want]
 
 
-@simulator_only
 def test_gdn_split_state_nan_from_finite_inputs_matches_chunked():
     """Finite inputs that pass the host checks (g = 0, beta = 1, |v| = 3e38) overflow the
     state to +-inf and inf - inf inside an fma: chunked_split's final state must hold the

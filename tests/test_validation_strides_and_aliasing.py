@@ -4,7 +4,8 @@ launched on) before its check existed.
 * Device arrays with a negative stride where the call copies them to the host for its range
   or value checks (block_table, seq_lens, row_lengths, cu_seqlens, state_indices, the GDN
   states) or for its results (a device ``out``): numba's ``copy_to_host`` raises
-  ``NotImplementedError`` for negative strides on a GPU, so the check itself crashed there
+  ``NotImplementedError`` for negative strides on a GPU (numba-cuda 0.30.4's
+  ``DeviceNDArray.copy_to_host``; read, not yet run), so the check itself would crash there
   instead of naming the argument (the simulator copies them, so the call launched). They
   are refused by name, as q, k, v, g, beta and the caches already were (README: "Strided
   device arrays (non-negative strides)").
@@ -22,13 +23,9 @@ from dflash2_numba import _registry
 from dflash2_numba._compat import cuda
 from dflash2_numba.contract import SENTINEL
 from dflash2_numba.gdn import gdn_prefill
+from tests.attention_helpers import tiny_case
 
 S = 2
-
-
-def _att():
-    return oracle.random_attention_case(np.random.default_rng(0), B=1, Q=2, Hq=1, Hkv=1, D=64,
-                                        page_size=4, seq_lens=[6], strided=False, extra_pages=1)
 
 
 def _reversed_on_device(a: np.ndarray):
@@ -57,7 +54,7 @@ def _ws_untouched(ws):
 
 
 def _attention_refused(name, **changes):
-    args = dict(_att(), splits=S, **changes)
+    args = dict(tiny_case(), splits=S, **changes)
     ws = args.setdefault("workspace", _ws())
     d2.route_counters(reset=True)
     with pytest.raises(ValueError) as info:
@@ -82,7 +79,7 @@ ATT_NEGATIVE = [
 
 @pytest.mark.parametrize("name,change", ATT_NEGATIVE, ids=[a[0] for a in ATT_NEGATIVE])
 def test_attention_refuses_negative_stride_device_arrays(name, change):
-    kw = change(_att())
+    kw = change(tiny_case())
     arr = kw[name]
     assert any(s < 0 for s in arr.strides)
     before = arr.copy_to_host().tobytes()
@@ -93,7 +90,7 @@ def test_attention_refuses_negative_stride_device_arrays(name, change):
 
 def test_attention_positive_strided_index_arrays_still_run():
     """Positive-stride device index arrays are read in place, as before (no regression)."""
-    c = _att()
+    c = tiny_case()
     want = d2.verify_attention(**c, splits=S).out
     wide = np.full((1, 2 * c["block_table"].shape[1]), 99, np.int32)
     wide[:, ::2] = c["block_table"]
@@ -167,7 +164,7 @@ def test_workspace_sharing_memory_with_q_is_refused(record, numpy_out):
     while reading it (before: launched, q overwritten). Refused naming the workspace buffer
     and q; nothing is written. The out slot is the combine's output with a numpy ``out``
     too (the numpy array receives a copy of it)."""
-    c = _att()
+    c = tiny_case()
     splits = 16                                                # lse: 64 words, q's size
     ws = d2.AttentionWorkspace(batch=1, q_len=2, heads=1, head_dim=64, splits=splits,
                                out_dtype="float32")
@@ -192,7 +189,7 @@ def test_workspace_out_slot_not_used_is_not_checked():
     """The workspace's out slot is only the output when no device ``out`` is given and its
     dtype matches: q held there with a float16 call into a float32 workspace is read only,
     and runs."""
-    c = _att()
+    c = tiny_case()
     ws = d2.AttentionWorkspace(batch=1, q_len=2, heads=1, head_dim=64, splits=S,
                                out_dtype="float32")
     ws.fill_sentinel()

@@ -30,15 +30,7 @@ N_HS = MAXD * VS
 N_VS = C * VS
 
 if SIMULATOR:
-    from .._compat import fma32_exact
-    from .._simulator import GPU_NAN32
-
-    def _fma(a, b, c):
-        """The simulator's ``cuda.fma`` for float32 operands: correctly rounded, and a NaN
-        result is the GPU's canonical NaN (0x7FFFFFFF) as ``fma.rn.f32`` gives, not the
-        host's (inf - inf or 0 * inf gives 0xFFC00000 there)."""
-        r = fma32_exact(a, b, c)
-        return GPU_NAN32 if r != r else r
+    from .._simulator import fma32_gpu as _fma   # the simulator's cuda.fma for float32
 
     SHARED_ALIGN = None          # the simulator refuses an explicit alignment
 
