@@ -16,12 +16,16 @@ from ._registry import variants as _variants
 
 
 def attention_variants():
-    """``{name: {"description", "contract", "kernels"}}`` for every attention variant."""
+    """``{name: {"description", "contract", "kernels", "bitwise_reference"}}`` for every
+    attention variant (``kernels``: the names its launches count under, comma-separated;
+    ``bitwise_reference``: the variant it must equal byte for byte, itself for a frozen one)."""
     return {n: v.describe() for n, v in _variants("attention").items()}
 
 
 def gdn_variants():
-    """``{name: {"description", "contract", "kernels"}}`` for every GDN variant."""
+    """``{name: {"description", "contract", "kernels", "bitwise_reference"}}`` for every
+    GDN variant (``kernels``: the names its launches count under, comma-separated;
+    ``bitwise_reference``: the variant it must equal byte for byte, itself for a frozen one)."""
     return {n: v.describe() for n, v in _variants("gdn").items()}
 
 from .attention import AttentionPlan, AttentionResult, plan_attention, verify_attention  # noqa: E402

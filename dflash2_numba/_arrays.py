@@ -396,6 +396,18 @@ def parse_dtype(value, name: str, expected: str) -> np.dtype:
 
 # --- results in the caller's kind ------------------------------------------------------
 
+def allocate(shape, dtype, stream, sized_by: str):
+    """A device buffer of the call's own, or a ``ValueError`` naming ``sized_by`` (the
+    arguments whose shapes size it) when it cannot be allocated (the driver's or the
+    simulator's out-of-memory error), never a bare ``MemoryError`` / ``CudaAPIError``."""
+    try:
+        return cuda.device_array(shape, dtype, stream=stream)
+    except Exception as exc:   # noqa: BLE001  (CudaAPIError / MemoryError: out of memory)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        raise ValueError(f"{sized_by}: the call needs a {nbytes}-byte buffer {tuple(shape)}, "
+                         f"which cannot be allocated ({type(exc).__name__})") from None
+
+
 def result_like(kind: str, dev_array, stream=0):
     """Return ``dev_array`` as the kind of array the caller passed in."""
     if kind == KIND_NUMPY:

@@ -107,9 +107,14 @@ class AttentionWorkspace:
         return all(buf.guards_intact() for buf in self._buffers.values())
 
     def guard_report(self) -> Dict[str, bool]:
+        """``{buffer name: guards intact}`` for ``partial``, ``lse`` and ``out`` (waits for the
+        device like :meth:`guards_intact`)."""
         return {name: buf.guards_intact() for name, buf in self._buffers.items()}
 
     def matches(self, B, S, Q, H, D) -> bool:
+        """Whether the workspace was built for batch ``B``, ``S`` splits, ``Q`` new tokens,
+        ``H`` query heads and head dim ``D`` (not its ``out_dtype``: a call of another output
+        dtype uses the split records and leaves the ``out`` slot alone)."""
         return (self.batch, self.splits, self.q_len, self.heads, self.head_dim) == (B, S, Q, H, D)
 
     def __repr__(self) -> str:

@@ -211,7 +211,7 @@ def test_tiled_wide_refuses_other_head_dims_before_any_launch():
     ws = d2.AttentionWorkspace(batch=1, q_len=1, heads=1, head_dim=64, splits=2)
     ws.fill_sentinel()
     d2.route_counters(reset=True)
-    with pytest.raises(d2.UnsupportedShape, match="head dim 64"):
+    with pytest.raises(d2.UnsupportedShape, match=r"^variant: tiled_wide: head dim 64"):
         d2.verify_attention(**c, splits=2, variant="tiled_wide", workspace=ws)
     assert d2.route_counters() == {}
     assert np.all(np.asarray(ws.partial.copy_to_host() if hasattr(ws.partial, "copy_to_host")

@@ -5,6 +5,7 @@ import pytest
 
 import oracle
 from dflash2_numba import _registry
+from dflash2_numba._compat import cuda
 from dflash2_numba.gdn import gdn_prefill
 
 SENT = np.float32(-777.0)
@@ -78,8 +79,9 @@ BAD = [
      "initial_state"),
     ("state-dtype", _mut(initial_state=np.zeros((1, 2, 32, 32), np.float16)), TypeError,
      "initial_state"),
-    ("state-strided", _mut(initial_state=np.zeros((1, 2, 32, 64), np.float32)[..., ::2]),
-     ValueError, "initial_state"),
+    # a device state is read in place, so it must be C-contiguous (numpy ones are copied)
+    ("state-strided-device", lambda c: {**c, "initial_state": cuda.to_device(
+        np.zeros((1, 2, 32, 64), np.float32))[:, :, :, ::2]}, ValueError, "initial_state"),
     ("variant", _mut(variant="nope"), ValueError, "variant"),
     ("variant-type", _mut(variant=3), TypeError, "variant"),
     ("l2-int", _mut(use_qk_l2norm=1), TypeError, "use_qk_l2norm"),
@@ -259,3 +261,47 @@ def test_device_out_or_cache_sharing_memory_with_an_input_is_refused():
     dout = cuda.device_array(want.shape, np.float32)
     o, _ = gdn_prefill(**same, out=dout, out_dtype="float32")
     assert o is dout and oracle.first_mismatch(dout.copy_to_host(), want) is None
+
+
+def test_a_buffer_the_call_cannot_allocate_names_what_sizes_it():
+    """The final states of 4 194 304 empty sequences (2 TiB of FP32) cannot be allocated: a
+    ValueError naming the arguments that size them (cu_seqlens, v), not a bare MemoryError,
+    and nothing launched."""
+    case = base_case(T=0, HV=8, K=128, V=128)
+    _registry.route_counters(reset=True)
+    with pytest.raises(ValueError, match=r"^cu_seqlens, v: the call needs a 2199023255552-byte "
+                                         r"buffer \(4194304, 8, 128, 128\)"):
+        gdn_prefill(**case, cu_seqlens=np.zeros(2 ** 22 + 1, np.int32))
+    assert _registry.route_counters() == {}
+
+
+def test_a_plan_keeps_the_sequences_and_slots_it_was_made_with():
+    """What plan_gdn's docstring says: the schedule is built from the values of cu_seqlens
+    and state_indices at plan time, so changing those device arrays in place afterwards
+    changes nothing a launch does (the same bits into the same slot); q, k, v, g and beta
+    are read as they are at each launch."""
+    from dflash2_numba.gdn import plan_gdn
+
+    case = base_case(T=6)
+    cu = cuda.to_device(CU_OK)
+    slots = cuda.to_device(np.array([0, 1], np.int32))
+    cache = cuda.to_device(np.zeros((4, 2, 32, 32), np.float32))
+    dev = {n: cuda.to_device(case[n]) for n in ("q", "k", "v", "g", "beta")}
+    call = plan_gdn(**dev, cu_seqlens=cu, state_cache=cache, state_indices=slots)
+    call.launch()
+    o_first = call.results()[0].copy_to_host()
+    first = cache.copy_to_host()
+    cu.copy_to_device(np.array([0, 4, 6], np.int32))
+    slots.copy_to_device(np.array([2, 3], np.int32))
+    cache.copy_to_device(np.zeros((4, 2, 32, 32), np.float32))
+    call.launch()
+    assert oracle.first_mismatch(call.results()[0].copy_to_host(), o_first) is None
+    again = cache.copy_to_host()
+    assert oracle.first_mismatch(again, first) is None and not again[2:].any()
+    o_ref, s_ref = gdn_prefill(**case, cu_seqlens=CU_OK)
+    assert oracle.first_mismatch(o_first, o_ref) is None
+    assert oracle.first_mismatch(first[:2], s_ref) is None
+    dev["v"].copy_to_device(np.zeros_like(case["v"]))        # the inputs are read at launch:
+    cache.copy_to_device(np.zeros((4, 2, 32, 32), np.float32))    # v = 0 from zero states
+    call.launch()
+    assert not call.results()[0].copy_to_host().any()

@@ -96,3 +96,33 @@ def test_states_with_unread_size1_strides_are_contiguous():
     o, s = gdn_prefill(**case, state_cache=cache, state_indices=np.zeros(1, np.int32))
     assert s is cache
     assert oracle.first_mismatch(o, o_ref) is None and oracle.first_mismatch(cache, s_ref) is None
+
+
+def test_numpy_states_of_any_layout_are_copied_compactly():
+    """A numpy ``initial_state`` in Fortran order or strided, and a strided numpy
+    ``state_cache``, are copied compactly like the other numpy inputs: the bits of the
+    contiguous call, with the cache's named rows written back into the caller's strided
+    array and its other slots untouched. A device state must be C-contiguous (it is read
+    in place): refused by name."""
+    case = _case(with_state=True)
+    h0 = case.pop("initial_state")                            # [1, HV, K, V]
+    o_ref, s_ref = gdn_prefill(**case, initial_state=h0)
+    wide = np.zeros(h0.shape[:-1] + (2 * h0.shape[-1],), np.float32)
+    wide[..., ::2] = h0
+    for state in (np.asfortranarray(h0), wide[..., ::2]):
+        assert not state.flags.c_contiguous
+        o, s = gdn_prefill(**case, initial_state=state)
+        assert oracle.first_mismatch(o, o_ref) is None and oracle.first_mismatch(s, s_ref) is None
+    sentinel = np.float32(-777.0)
+    cache_wide = np.full((3,) + h0.shape[1:-1] + (2 * h0.shape[-1],), sentinel, np.float32)
+    cache = cache_wide[..., ::2]                              # slots 0..2, every other column
+    cache[1] = h0[0]
+    o, s = gdn_prefill(**case, state_cache=cache, state_indices=np.array([1], np.int32))
+    assert s is cache
+    assert oracle.first_mismatch(o, o_ref) is None
+    assert oracle.first_mismatch(cache[1:2], s_ref) is None
+    assert (cache[[0, 2]] == sentinel).all() and (cache_wide[..., 1::2] == sentinel).all()
+    dev_cache = cuda.to_device(np.zeros((2,) + h0.shape[1:-1] + (2 * h0.shape[-1],), np.float32))
+    with pytest.raises(ValueError, match=r"^state_cache:"):
+        gdn_prefill(**case, state_cache=dev_cache[:, :, :, ::2],
+                    state_indices=np.array([0], np.int32))

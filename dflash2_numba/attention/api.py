@@ -38,6 +38,9 @@ def _device_decode_table():
 
 @dataclass
 class AttentionResult:
+    """One call's output and split records. Splits ``s >= A`` (inactive, contract A) of
+    ``partial`` and ``lse`` are never written: they keep what the buffer held."""
+
     out: Any        # [B, Q, Hq, D], float16 or float32
     partial: Any    # float32 [B, S, Q, Hq, D]
     lse: Any        # float32 [B, S, Q, Hq, 2]: (max, sum)
@@ -172,21 +175,39 @@ def _check_values(qa: A.ArrayArg, sl: A.ArrayArg, ra: Optional[A.ArrayArg], bt: 
             A.check_int_range(table[b, :cols], f"block_table[{b}]", 0, num_pages - 1)
 
 
-def _allocate(shape, dtype, stream):
-    """A device buffer of the call's own, or a ValueError naming the arguments that size it
-    when it cannot be allocated (the driver's or the simulator's out-of-memory error)."""
-    try:
-        return cuda.device_array(shape, dtype, stream=stream)
-    except Exception as exc:   # noqa: BLE001  (CudaAPIError / MemoryError: out of memory)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        raise ValueError(f"q, splits: the call needs a {nbytes}-byte buffer {tuple(shape)}, "
-                         f"which cannot be allocated ({type(exc).__name__})") from None
 
 
 def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale=1.0,
                    v_scale=1.0, row_lengths=None, splits=DEFAULT_SPLITS, variant="frozen",
                    out=None, workspace: Optional[AttentionWorkspace] = None,
                    out_dtype="float16", stream=None) -> AttentionPlan:
+    """q8 verification attention (contract part A), validated and bound: an
+    :class:`AttentionPlan` whose :meth:`~AttentionPlan.launch` only launches kernels.
+
+    Arguments
+        q: float16 ``[B, Q, Hq, D]``, ``1 <= Q <= 8``, ``D`` in 64 / 128 / 256.
+        k_cache, v_cache: uint8 E4M3 bytes ``[num_pages, page_size, Hkv, D]`` (unit last
+        stride), ``Hq = G * Hkv`` with ``G`` in 1..8.
+        block_table: int32 ``[B, W]``: request ``b``'s key ``j`` lives in page
+        ``block_table[b, j // page_size]``; every entry a request reaches must name a page.
+        seq_lens: int32 ``[B]``: keys of each request, the ``Q`` new ones included.
+        scale, k_scale, v_scale: finite numbers (the scales positive); the QK scale is
+        ``float32(scale * k_scale)``.
+        row_lengths: int32 ``[B, Q]`` keys each query row sees (a row with ``L <= 0`` gives
+        +0); default the causal rows ``seq_lens - Q + 1 + t``.
+        splits: logical splits ``S`` (1..65536); only the active ones (``A``, contract A)
+        are written: ``partial`` / ``lse`` of splits ``s >= A`` keep what the buffer held.
+        variant: any name in ``attention_variants()``; a shape the variant was not built
+        for raises ``UnsupportedShape`` (a ``ValueError``) naming ``variant``.
+        out: caller-owned ``[B, Q, Hq, D]`` of ``out_dtype`` (numpy or device).
+        workspace: an :class:`AttentionWorkspace` of the call's shape (its split records,
+        and its ``out`` when no device ``out`` is given and the dtype matches).
+        out_dtype: ``"float16"`` or ``"float32"`` (the combine's FP32 result before the cast).
+        stream: numba / torch / CuPy / ``__cuda_stream__`` stream, a raw handle, or None.
+
+    Every check runs first (``TypeError`` / ``ValueError`` naming the argument, nothing
+    written); then numpy inputs are copied to the device and the buffers bound.
+    """
     var = get_variant("attention", variant)
     qa = A.as_array_arg(q, "q")
     A.check_dtype(qa, [np.float16])
@@ -275,22 +296,23 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
 
     try:
         var.supports(dict(B=B, Q=Q, Hq=Hq, Hkv=Hkv, D=D, page_size=page_size, splits=S))
-    except UnsupportedShape:
-        raise
+    except UnsupportedShape as exc:
+        # a shape this variant was not built for (another variant may take it)
+        raise UnsupportedShape(f"variant: {exc}") from None
 
     # ---- every check passed: bind device memory ----
     strm = A.resolve_stream(stream)
     if workspace is not None:
         partial, lse = workspace.partial, workspace.lse
     else:
-        partial = _allocate((B, S, Q, Hq, D), np.float32, strm)
-        lse = _allocate((B, S, Q, Hq, 2), np.float32, strm)
+        partial = A.allocate((B, S, Q, Hq, D), np.float32, strm, "q, splits")
+        lse = A.allocate((B, S, Q, Hq, 2), np.float32, strm, "q, splits")
     if oa is not None and oa.kind != A.KIND_NUMPY:
         out_dev = oa.device()
     elif ws_out_is_output:
         out_dev = workspace.out
     else:
-        out_dev = _allocate((B, Q, Hq, D), odt, strm)
+        out_dev = A.allocate((B, Q, Hq, D), odt, strm, "q")
     rows_dev = ra.device(strm) if ra is not None else cuda.to_device(np.zeros((1, 1), np.int32), stream=strm)
     q_dev, bt_dev, sl_dev = qa.device(strm), bt.device(strm), sl.device(strm)
     # the checks on values re-run on what the launches read: the caller's arrays for
@@ -315,9 +337,13 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
 def verify_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale=1.0,
                      v_scale=1.0, row_lengths=None, splits=DEFAULT_SPLITS, variant="frozen",
                      out=None, workspace=None, out_dtype="float16", stream=None) -> AttentionResult:
-    """q8 verification attention (contract part A); see ``api.md``.
+    """q8 verification attention (contract part A): :func:`plan_attention` (the arguments,
+    the checks), one launch, and :meth:`AttentionPlan.results`.
 
     Returns ``AttentionResult(out, partial, lse)`` in the kind of array ``q`` came in.
+    Without a ``workspace`` the split records are fresh allocations, so ``partial`` and
+    ``lse`` of the inactive splits (``s >= A``, which the contract never writes) hold
+    whatever that memory held; pass a workspace filled as you need to define them.
     """
     plan = plan_attention(q, k_cache, v_cache, block_table, seq_lens, scale=scale,
                           k_scale=k_scale, v_scale=v_scale, row_lengths=row_lengths,

@@ -30,7 +30,7 @@ from .. import _registry
 from .._arrays import (KIND_NUMPY, ArrayArg, as_array_arg, check_all_finite, check_contiguous,
                        check_disjoint, check_dtype, check_finite_scalar, check_int_range, check_ndim,
                        check_nonnegative_strides, check_shape, check_writable, check_writable_output,
-                       compact_host, first_offender, is_numba_c_layout, parse_dtype, resolve_stream,
+                       allocate, compact_host, first_offender, is_numba_c_layout, parse_dtype, resolve_stream,
                        result_like)
 from .._compat import cuda
 from ..contract import GDN_DIMS
@@ -128,9 +128,20 @@ class GdnCall:
         self._out, self._out_obj = out_arg, out_obj   # the caller's ``out``, if one was given
 
     def launch(self, stream=None) -> None:
+        """Launch the variant's kernels on ``stream`` (default the plan's): no checks,
+        transfers or allocations, so it can be captured in a CUDA graph and replayed. Each
+        launch reads q, k, v, g, beta and the initial states as they are then (numpy inputs:
+        the plan's device copies); the sequences (``cu_seqlens``) and the slots
+        (``state_indices``) are the values the plan was made with."""
         self.variant.run(self.plan, self.stream if stream is None else resolve_stream(stream))
 
     def results(self):
+        """``(o, final_state)`` of the last launch in the kind of array ``q`` came in: a
+        numpy call gets copies (a caller's numpy ``out`` filled and returned, the named
+        rows of a numpy ``state_cache`` written back); a device call gets the plan's own
+        buffers (the next launch overwrites them), the caller's device ``out`` /
+        ``state_cache`` when given. ``final_state`` is ``state_cache`` when one was given,
+        ``None`` when ``output_final_state`` was false."""
         st, kind, sca = self.stream, self.kind, self._sca
         if self._out is None:
             o_out = result_like(kind, self._d_o, stream=st)
@@ -182,7 +193,8 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         ``HV % H == 0`` (value head ``i`` reads q/k head ``i // (HV // H)``);
         ``K, V in {32, 64, 128}``. g, beta: float32 ``[B, T, HV]`` (g = log decay <= 0).
         scale: FP32-finite number, default ``K ** -0.5``.
-        initial_state: float32 ``[N, HV, K, V]`` (C-contiguous), default zeros.
+        initial_state: float32 ``[N, HV, K, V]`` (a device one C-contiguous; numpy of any
+        layout is copied compactly), default zeros.
         cu_seqlens: int32 ``[N + 1]`` packed variable-length layout (needs ``B == 1``):
         starts at 0, non-decreasing, ends at ``T``; sequences of any length (0 included).
         Without it ``N = B`` sequences of length ``T``.
@@ -191,7 +203,7 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         ``gdn_variants()``.
         output_final_state: return the final state (else ``None``).
         state_cache, state_indices: the server form. ``state_cache`` float32
-        ``[slots, HV, K, V]`` (C-contiguous, writable), ``state_indices`` int32 ``[N]``,
+        ``[slots, HV, K, V]`` (writable; a device one C-contiguous), ``state_indices`` int32 ``[N]``,
         distinct, in ``[0, slots)``: sequence ``n`` starts from ``state_cache[state_indices[n]]``
         and its final state is written back there in place; slots not named are never
         touched. ``initial_state`` must then be ``None``; the second result is
@@ -201,11 +213,18 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         numpy or device): the kernels write it (a numpy one is filled by ``results``), and
         it is the first result. A device ``out`` or ``state_cache`` must not share device
         memory with any input or with each other (``ValueError`` naming both).
-        check_values: check g (finite, <= 0) and beta (finite) on the host first.
+        check_values: check on the host first that g is finite and ``<= 0``, and that
+        beta, q, k, v and the initial states (``initial_state`` or the named
+        ``state_cache`` rows) are finite (device arrays are copied to the host for it).
         stream: numba / torch / cupy stream or raw handle (default stream if None).
 
     ``gdn_prefill`` returns ``(o [B, T, HV, V], final_state float32 [N, HV, K, V] or None)``
     in the kind of array ``q`` came as (numpy in, numpy out; device arrays zero-copy).
+
+    The plan reads the values of ``cu_seqlens`` and ``state_indices`` once, here: the
+    launch schedule (which CTA runs which sequence and slot) is built from them on the host.
+    Changing either array after planning changes nothing the launches do; plan again.
+    A buffer the call cannot allocate raises ``ValueError`` naming the arguments that size it.
     """
     # ---- array kinds, dtypes, shapes
     qa = as_array_arg(q, "q")
@@ -270,7 +289,8 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         check_dtype(isa, [np.float32])
         check_shape(isa, (N, HV, K, V), "[N, HV, K, V]")
         check_nonnegative_strides(isa)
-        check_contiguous(isa)
+        if isa.kind != KIND_NUMPY:        # numpy: copied compactly (_to_device)
+            check_contiguous(isa)
     sca = sia = None
     idx_host = None
     if state_cache is not None or state_indices is not None:
@@ -285,7 +305,8 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         check_dtype(sca, [np.float32])
         check_shape(sca, (None, HV, K, V), "[slots, HV, K, V]")
         check_nonnegative_strides(sca)
-        check_contiguous(sca)
+        if sca.kind != KIND_NUMPY:        # numpy: copied compactly, named rows written back
+            check_contiguous(sca)
         check_writable(sca)
         sia = as_array_arg(state_indices, "state_indices")
         check_dtype(sia, [np.int32])
@@ -331,7 +352,11 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
     plan_probe = GdnPlan(None, None, None, None, None, None, None, None, None, None, None, None,
                          N * HV * (V // VB), scale32, np.int32(l2), B, T, H, HV, K, V, N,
                          np.dtype(qa.dtype), odt)
-    var.supports(plan_probe)
+    try:
+        var.supports(plan_probe)
+    except _registry.UnsupportedShape as exc:
+        # a shape this variant was not built for (another variant may take it)
+        raise _registry.UnsupportedShape(f"variant: {exc}") from None
 
     # ---- everything checked: device arrays and launch
     st = resolve_stream(stream)
@@ -340,7 +365,7 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
     if oa is not None and oa.kind != KIND_NUMPY:
         d_o = oa.device(st)
     else:
-        d_o = cuda.device_array((B, T, HV, V), dtype=odt, stream=st)
+        d_o = allocate((B, T, HV, V), odt, st, "q, v")
     final = dcache = None
     if sca is not None:
         dcache = _to_device(sca, st)
@@ -354,13 +379,18 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
             h0 = cuda.device_array((1, 1, 1, 1), dtype=np.float32, stream=st)
             h0_idx = cuda.to_device(np.full(N, -1, dtype=np.int32), stream=st)
         if want_state:
-            final = cuda.device_array((N, HV, K, V), dtype=np.float32, stream=st)
+            final = allocate((N, HV, K, V), np.float32, st,
+                             "cu_seqlens, v" if cua is not None else "q, v")
             hT = final
             hT_idx = cuda.to_device(np.arange(N, dtype=np.int32), stream=st)
         else:
             hT = cuda.device_array((1, 1, 1, 1), dtype=np.float32, stream=st)
             hT_idx = cuda.to_device(np.full(N, -1, dtype=np.int32), stream=st)
-    work = _work_table(seqs, HV, V)
+    try:
+        work = _work_table(seqs, HV, V)
+    except MemoryError:
+        raise ValueError(f"{'cu_seqlens' if cua is not None else 'q'}, v: the launch schedule "
+                         f"of {N} sequences x {HV} value heads cannot be allocated") from None
     plan = GdnPlan(dq, dk, dv, dg, dbeta, d_o, h0, h0_idx, hT, hT_idx,
                    cuda.to_device(seqs, stream=st), cuda.to_device(work, stream=st),
                    work.shape[0], scale32, np.int32(l2), B, T, H, HV, K, V, N,
