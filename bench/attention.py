@@ -61,7 +61,16 @@ from numba import cuda  # noqa: E402
 
 import oracle  # noqa: E402
 
-INSTR_PER_ROW_KEY = 850          # contract cost model: FP32 instructions per (row, key)
+
+
+def instr_per_row_key(D: int) -> int:
+    """Contract A's FP32 instructions per (row, key) at head dim ``D``: the score's D fma
+    and D/16 Kahan steps of 4, PV's 2D fma (probability and residual) and D/32 (O's fma once
+    a tile), about 10 for the softmax: ``105 D / 32 + 10``, 850 at the production D = 256."""
+    return 105 * D // 32 + 10
+
+
+INSTR_PER_ROW_KEY = instr_per_row_key(256)       # 850: the production figure the notes quote
 PRODUCTION = dict(Q=8, Hq=6, Hkv=1, D=256, page=3296, splits=80, layers=16,
                   contexts=[1024, 32768, 65536, 131072, 261888], acc_context=32768)
 SMOKE = dict(Q=2, Hq=2, Hkv=1, D=64, page=16, splits=2, layers=2,
@@ -284,7 +293,7 @@ def cost_model(cfg, T):
     kv = 2 * T * Hkv * D
     ws = 2 * A * Q * Hq * (D + 2) * 4          # partial + lse written by split, read by combine
     qo = 2 * Q * Hq * D * 2                    # q read, FP16 out written
-    return {"rows": rows, "active_splits": A, "instr_per_layer": INSTR_PER_ROW_KEY * rows * T,
+    return {"rows": rows, "active_splits": A, "instr_per_layer": instr_per_row_key(D) * rows * T,
             "bytes_per_layer": kv + ws + qo, "kv_bytes_per_layer": kv,
             "workspace_bytes_per_layer": ws}
 
@@ -609,7 +618,7 @@ def main(argv=None) -> int:
                    "trials": trials,
                    "acc_context": acc_ctx, "scale": scale, "k_scale": SCALE_K,
                    "v_scale": SCALE_V, "batch": 1,
-                   "instr_per_row_key": INSTR_PER_ROW_KEY, "target_ms_per_trial": args.target_ms,
+                   "instr_per_row_key": instr_per_row_key(cfg["D"]), "target_ms_per_trial": args.target_ms,
                    "budget_s": args.budget_s, "kv_bytes_total": kv_total},
         "ceilings": ceilings,
         "results": results,
@@ -749,7 +758,7 @@ def finish(record, out_dir: Path, cfg) -> int:
           f"page {cfg['page']}, {cfg['splits']} splits, {cfg['layers']} distinct layers; "
           f"{record['config']['trials']} trials requested (median; the notes say where the "
           f"budget cut them), variant order rotated per round. "
-          f"FP32 floor % = contract floor ({INSTR_PER_ROW_KEY} FP32 instructions per (row, key) "
+          f"FP32 floor % = contract floor ({instr_per_row_key(cfg['D'])} FP32 instructions per (row, key) "
           f"at the measured FMA rate) / time; bandwidth % = modelled bytes / time / measured copy "
           f"bandwidth. The peers use tensor cores and materialise FP16 K/V, so their FP32-floor "
           f"percentage can exceed 100.",

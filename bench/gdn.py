@@ -21,7 +21,8 @@ state 1e-5, FP16 output 2**-11 + 1e-5 relative L2), a requested length was skipp
 budget, or a ceiling was not measured; 3 when ``gdn_prefill`` is missing; 2 for usage
 errors.
 
-FP32 floor: about 130 kFLOP per token per value head (chunk C=64, K=V=128); the FLOP rate
+FP32 floor: about 130 kFLOP per token per value head (chunk C=64, K=V=128, H=4, HV=12;
+other shapes scaled by the contract's count, ``fma_per_token_head``); the FLOP rate
 is 2 x the FMA instruction rate measured in the same run. Accuracy: relative L2 of the
 output (FP16: the timed call's; FP32: the same call with an FP32 output, whose RNE rounding
 must be the FP16 bytes) and of the final state against ``oracle.gdn_reference`` (FP64) at
@@ -59,7 +60,27 @@ from numba import cuda  # noqa: E402
 
 import oracle  # noqa: E402
 
-FLOP_PER_TOKEN_HEAD = 130e3      # contract cost model at C=64, K=V=128
+CHUNK = 64                       # contract B's chunk C
+
+
+def fma_per_token_head(H: int, HV: int, K: int, V: int, C: int = CHUNK) -> float:
+    """Contract B's FP32 fma per token per value head (``bench/gdn_fast_notes.md`` section 5's
+    count, per chunk of C tokens divided by C): the pre-pass's G and S (C^2 K per q/k head,
+    shared by HV / H value heads), W and U (C^2 K / 2 and C^2 V / 2), the triangular solve
+    (C^3 / 6) and about 0.04 M element-wise; the state pass's V (3 C K + C^2 / 2)."""
+    per_chunk = (C * C * K * H / HV + C * C * (K + V) / 2 + C ** 3 / 6 + 40e3
+                 + V * (3 * C * K + C * C / 2))
+    return per_chunk / C
+
+
+FLOP_PER_TOKEN_HEAD = 130e3      # the notes' round figure at the production shape (the count: 131 k)
+_PRODUCTION_FMA = fma_per_token_head(H=4, HV=12, K=128, V=128)
+
+
+def flop_per_token_head(H: int, HV: int, K: int, V: int) -> float:
+    """The floor's FLOP per token per value head: 130 k at the production shape (H = 4,
+    HV = 12, K = V = 128), other shapes scaled by :func:`fma_per_token_head`'s ratio."""
+    return FLOP_PER_TOKEN_HEAD * fma_per_token_head(H, HV, K, V) / _PRODUCTION_FMA
 PRODUCTION = dict(B=1, H=4, HV=12, K=128, V=128, lengths=[4096, 32768, 65536], acc_length=4096)
 SMOKE = dict(B=1, H=1, HV=2, K=32, V=32, lengths=[70], acc_length=70)
 TORCH_DEVICE = "cuda"            # (a CPU dry run of the torch code paths sets "cpu")
@@ -139,7 +160,7 @@ def make_inputs(cfg, T, torch, rng):
 
 def cost_model(cfg, T):
     B, H, HV, K, V = (cfg[k] for k in ("B", "H", "HV", "K", "V"))
-    flop = FLOP_PER_TOKEN_HEAD * (K / 128) * (V / 128) * B * T * HV
+    flop = flop_per_token_head(H, HV, K, V) * B * T * HV
     nbytes = (2 * B * T * H * K * 2 + B * T * HV * V * 2      # q, k, v (fp16)
               + 2 * B * T * HV * 4                             # g, beta
               + B * T * HV * V * 2                             # o (fp16)
@@ -513,7 +534,8 @@ def main(argv=None) -> int:
         "config": {**cfg, "lengths": lengths, "variants": variants, "trials": trials,
                    "acc_length": acc_T, "dtype": "float16", "use_qk_l2norm": True,
                    "initial_state": None, "g_range": list(G_RANGE),
-                   "flop_per_token_head": FLOP_PER_TOKEN_HEAD,
+                   "flop_per_token_head": flop_per_token_head(cfg["H"], cfg["HV"], cfg["K"],
+                                                              cfg["V"]),
                    "target_ms_per_trial": args.target_ms, "budget_s": args.budget_s,
                    "gdn_prefill": where, "call_kwargs": call_kwargs},
         "ceilings": ceilings,
@@ -625,7 +647,7 @@ def finish(record, out_dir: Path, cfg) -> None:
           f"Shape: B={cfg['B']}, H={cfg['H']}, HV={cfg['HV']}, K={cfg['K']}, V={cfg['V']}, FP16 "
           f"q/k/v, FP32 g/beta, use_qk_l2norm; {record['config']['trials']} trials requested "
           f"(median; the notes say where the budget cut them), "
-          f"order rotated per round. Floor: {FLOP_PER_TOKEN_HEAD / 1e3:.0f} kFLOP per token per "
+          f"order rotated per round. Floor: {record['config']['flop_per_token_head'] / 1e3:.0f} kFLOP per token per "
           f"value head.",
           "", ceil_line, "",
           "Timed: " + "; ".join(sorted({f"{r['impl']}: {r.get('timed')}" for r in results})),
@@ -645,7 +667,9 @@ def finish(record, out_dir: Path, cfg) -> None:
                        "style": "^-" if impl.startswith("fla") else "o-"})
     Ts = sorted({r["length"] for r in results})
     ys = [next((r.get("floor_fp32_ms") for r in results if r["length"] == t), None) for t in Ts]
-    series.append({"label": "FP32 floor (130 kFLOP/token/head)", "x": Ts, "y": ys, "style": "k:"})
+    kflop = record["config"]["flop_per_token_head"] / 1e3
+    series.append({"label": f"FP32 floor ({kflop:.0f} kFLOP/token/head)", "x": Ts, "y": ys,
+                   "style": "k:"})
     C.write_outputs(out_dir, "gdn", record, md,
                     f"GDN prefill B={cfg['B']} H={cfg['H']} HV={cfg['HV']} K=V={cfg['K']}, "
                     f"{meta.get('device')}", "sequence length T", "ms per call", series)
