@@ -4,6 +4,9 @@
   computed in float64.
 * :func:`first_mismatch`: the bitwise comparison between variants of one contract (raw
   bytes, so ``-0.0 != +0.0`` and NaNs compare by payload).
+* :func:`fp16_rel_l2_bound` and :func:`fp16_excess`: what an FP16 output, one rounding of
+  an FP32 result within a bound of the reference, may be off by, in relative L2 and per
+  element, derived from the FP32 bound (never from the FP32 result itself).
 
 Plain numpy; never imports numba or ``dflash2_numba``.
 """
@@ -14,7 +17,8 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["rel_l2", "max_abs", "first_mismatch", "Mismatch"]
+__all__ = ["rel_l2", "max_abs", "first_mismatch", "Mismatch", "ulp16", "fp16_rel_l2_bound",
+           "fp16_excess"]
 
 
 _EXACT_INT = 2 ** 53  # integers up to this magnitude convert to float64 exactly
@@ -101,6 +105,47 @@ def max_abs(x, ref) -> float:
     with np.errstate(invalid="ignore", over="ignore"):
         d = np.abs(a - r)
     return float(np.max(d))  # inf - inf -> nan propagates through max
+
+
+def ulp16(x) -> np.ndarray:
+    """Spacing of float16 just above ``|f16(x)|`` (2**-24 among the subnormals), as float64:
+    at least the spacing of the binade ``x`` lies in, so a float16 rounding of ``x`` is
+    within half of it."""
+    a = np.abs(np.asarray(x, dtype=np.float64)).astype(np.float16)
+    return np.nextafter(a, np.float16(np.inf)).astype(np.float64) - a.astype(np.float64)
+
+
+def fp16_rel_l2_bound(ref, fp32_rel_bound: float) -> float:
+    """The relative L2 error an FP16 output may have when it is the round-to-nearest of an
+    FP32 result ``y`` with ``||y - ref|| <= b ||ref||`` (``b = fp32_rel_bound``): each
+    rounding moves an element by at most ``2**-11 |y|`` (normal) or ``2**-25`` (subnormal),
+    so ``||f16(y) - ref|| <= 2**-11 (1 + b) ||ref|| + 2**-25 sqrt(n) + b ||ref||``.
+    ``inf`` when ``||ref|| == 0`` (no relative bound; the per-element check applies)."""
+    r = np.asarray(ref, dtype=np.float64)
+    m, t = _norm_parts(r)
+    norm = m * t
+    if norm == 0.0:
+        return float("inf")
+    b = float(fp32_rel_bound)
+    return 2.0 ** -11 * (1.0 + b) + b + 2.0 ** -25 * np.sqrt(r.size) / norm
+
+
+def fp16_excess(out16, ref, fp32_abs_bound: float) -> float:
+    """How far the worst element of an FP16 output lies past what one rounding of an FP32
+    result within ``fp32_abs_bound`` of ``ref`` allows: ``max(|out16 - ref| - (ulp16(out16) / 2
+    + fp32_abs_bound))``; ``<= 0`` means every element is within. (For ``y`` in a binade,
+    ``f16(y)`` is at least that binade's lower end, so ``ulp16(out16) / 2`` covers the
+    rounding of ``y``.) NaN anywhere gives ``nan``, an infinity ``inf``; empty arrays ``-inf``."""
+    a, r = _pair(out16, ref, "out16")
+    if a.size == 0:
+        return float("-inf")
+    if np.isnan(a).any() or np.isnan(r).any():
+        return float("nan")
+    if np.isinf(a).any() or np.isinf(r).any():
+        return float("inf")      # an FP16 overflow (or an infinite reference): out of bounds
+    with np.errstate(invalid="ignore", over="ignore"):
+        excess = np.abs(a - r) - (0.5 * ulp16(out16) + float(fp32_abs_bound))
+    return float(np.max(excess))
 
 
 @dataclass(frozen=True)

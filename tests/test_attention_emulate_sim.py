@@ -68,7 +68,8 @@ def test_lengths_and_split_schedule(T, S):
     emu = check_bits(c, S)
     A = active_splits(T, S)
     assert A < -(-T // 32) or T <= 32
-    assert np.all(emu.partial[:, A:] == SENTINEL) and np.all(emu.lse[:, A:] == SENTINEL)
+    if A < S:           # (T = 129: both splits are active, no unwritten one to look at)
+        assert np.all(emu.partial[:, A:] == SENTINEL) and np.all(emu.lse[:, A:] == SENTINEL)
 
 
 @simulator_only

@@ -190,3 +190,44 @@ def test_max_abs_overflowing_difference_is_inf_without_warning():
     # NaN conventions unchanged
     assert math.isnan(oracle.max_abs([np.inf], [np.inf]))
     assert math.isnan(oracle.max_abs([1.0, np.nan], [1.0, 1.0]))
+
+
+def test_ulp16_hand():
+    """float16 spacing just above |f16(x)|: 2**-10 at 1 (and just below it, rounding to 1),
+    2**-24 among the subnormals and at 0, 2**-9 at 3."""
+    got = oracle.ulp16(np.array([1.0, -1.0, 0.99999, 0.0, 1e-7, 3.0]))
+    assert got.tolist() == [2.0 ** -10, 2.0 ** -10, 2.0 ** -10, 2.0 ** -24, 2.0 ** -24, 2.0 ** -9]
+
+
+def test_fp16_bounds_follow_one_rounding_of_a_bounded_result():
+    """An FP32 result within the bound, rounded to FP16, passes both FP16 checks; one FP16
+    step past that, or a 1 % scale, fails; the bounds never look at the FP32 result."""
+    rng = np.random.default_rng(4)
+    ref = rng.standard_normal(4096) * 3.0
+    b = 1e-5
+    abs_b = b * np.max(np.abs(ref))
+    rms = np.sqrt(np.mean(ref * ref))
+    y = (ref + rng.uniform(-1, 1, ref.size) * 0.9 * b * rms).astype(np.float32)
+    out16 = y.astype(np.float16)
+    assert rel_l2(y, ref) <= b
+    assert rel_l2(out16, ref) <= oracle.fp16_rel_l2_bound(ref, b)
+    assert oracle.fp16_excess(out16, ref, abs_b) <= 0
+    bad = out16.copy()
+    i = int(np.argmax(np.abs(ref)))
+    bad[i] = np.nextafter(np.nextafter(bad[i], np.float16(np.inf)), np.float16(np.inf))
+    assert oracle.fp16_excess(bad, ref, abs_b) > 0
+    scaled = (out16.astype(np.float32) * np.float32(1.01)).astype(np.float16)
+    assert rel_l2(scaled, ref) > oracle.fp16_rel_l2_bound(ref, b)
+    assert oracle.fp16_excess(scaled, ref, abs_b) > 0
+    # the bound's terms: 2**-11 (1 + b) + b, and the subnormal term for a tiny reference
+    assert oracle.fp16_rel_l2_bound(np.ones(4), b) == pytest.approx(
+        2.0 ** -11 * (1 + b) + b + 2.0 ** -25 * 2 / 2, rel=1e-15)
+    assert oracle.fp16_rel_l2_bound(np.zeros(3), b) == math.inf
+
+
+def test_fp16_excess_special_values():
+    ref = np.array([1.0, 2.0])
+    assert math.isnan(oracle.fp16_excess(np.array([np.nan, 2.0], np.float16), ref, 0.0))
+    assert oracle.fp16_excess(np.array([np.inf, 2.0], np.float16), ref, 0.0) == math.inf
+    assert oracle.fp16_excess(np.zeros(0, np.float16), np.zeros(0), 0.0) == -math.inf
+    assert oracle.fp16_excess(np.array([1.0, 2.0], np.float16), ref, 0.0) <= 0
