@@ -5,8 +5,9 @@ byte comparison; -0.0 != +0.0, NaNs by payload).
 
 Coverage: T = 1, 63, 64, 65, 130; a packed batch with lengths 0 / 1 / 65 / 63 / 5; GVA
 1 / 2 / 3, and two q/k heads of two value heads each; with and without l2norm and initial state; (K, V) = (32, 32), (64, 32), (128, 128);
-decay edge cases (g = 0, beta = 0 / 1, strong decay); non-finite inputs with the host checks
-off; the server form with numpy and device caches; the variant's own launch knobs.
+decay edge cases (g = 0, beta = 0 / 1, strong decay); all-zero and ~1e-3-scaled q / k rows
+(the l2norm's epsilon); non-finite inputs with the host checks off; the server form with
+numpy and device caches; the variant's own launch knobs.
 The frozen kernel's result of each case is computed once and shared by every variant."""
 import functools
 
@@ -53,6 +54,16 @@ def _nonfinite_case():
     return case
 
 
+def _small_norm_case():
+    """All-zero q / k rows (apart and in one token) and rows scaled by 1e-3, where the
+    l2norm's ``+ 1e-6`` decides the result, read by two value heads."""
+    case = _case(116, T=24, HV=2)
+    for name, t, f in (("q", 1, 0.0), ("k", 4, 0.0), ("q", 7, 0.0), ("k", 7, 0.0),
+                       ("q", 10, 1e-3), ("k", 13, 1e-3), ("q", 20, 1e-3), ("k", 20, 1e-3)):
+        case[name][:, t] = case[name][:, t] * np.float32(f)
+    return case
+
+
 def _no_l2(case):
     k = case["k"].astype(np.float64)
     case["k"] = (k / np.linalg.norm(k, axis=-1, keepdims=True)).astype(case["k"].dtype)
@@ -76,6 +87,7 @@ CASES = {
     # with H > 1 and HV / H > 1
     "H2_HV4_packed_3_67": (lambda: _case(110, T=70, H=2, HV=4, cu=[0, 3, 70]), {}),
     "decay_edges": (_edge_case, {}),
+    "zero_and_tiny_qk_rows": (_small_norm_case, {}),
     "nonfinite_nocheck": (_nonfinite_case, {"check_values": False}),
 }
 KNOB_CASE = "knobs_5_65_gva2"

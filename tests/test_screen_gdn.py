@@ -122,6 +122,69 @@ def test_gdn_screen_oracle_gate_catches_what_bytes_cannot():
     assert any(m.startswith("final state rel L2") for m in r.problems), r.problems
 
 
+def _chunked_then_fp16_off(whole):
+    """chunked's run, then, in the FP16-output (server) call only, the output 1 % off
+    (``whole``) or its largest element 0.2 % off; the FP32-output call is left right."""
+    def run(plan, stream):
+        chunked.run(plan, stream)
+        cuda.synchronize()
+        if np.dtype(plan.o.dtype) != np.float16:
+            return
+        host = plan.o.copy_to_host().astype(np.float32)
+        if whole:
+            host *= np.float32(1.01)
+        else:
+            i = np.unravel_index(np.argmax(np.abs(host)), host.shape)
+            host[i] *= np.float32(1.002)
+        plan.o.copy_to_device(host.astype(np.float16))
+    return run
+
+
+def test_gdn_screen_checks_the_fp16_output_against_the_oracle():
+    """An FP16 output off while the FP32 output is right fails on the FP16 oracle checks
+    (derived from the FP32 bound, not from the FP32 output): 1 % off on relative L2 and per
+    element, one element 0.2 % off (relative L2 still within 2**-11 + 1e-5) per element;
+    no FP32 check fires, chunked passes."""
+    made = [_registry.register(_registry.Variant(
+        name=name, family="gdn", description="deliberately wrong FP16 output (test)",
+        contract="B", kernels=chunked.VARIANT.kernels, run=_chunked_then_fp16_off(whole),
+        bitwise_reference=None))
+        for name, whole in (("bad_fp16_output", True), ("bad_fp16_element", False))]
+    try:
+        rows = {r.variant: r for r in screen_case(
+            SPEC, ["chunked", "bad_fp16_output", "bad_fp16_element"], timing=False)}
+    finally:
+        for v in made:
+            _registry.unregister("gdn", v.name)
+    assert np.dtype(SPEC.dtype) == np.float16
+    assert rows["chunked"].status == "ok", rows["chunked"].__dict__
+    for name, rel_fails in (("bad_fp16_output", True), ("bad_fp16_element", False)):
+        r = rows[name]
+        assert r.status == "FAIL" and r.bitwise is None, r.__dict__
+        assert not any(m.startswith(("output", "final state")) for m in r.problems), r.problems
+        assert any(m.startswith("FP16 output rel L2") for m in r.problems) == rel_fails, r.problems
+        assert any(m.startswith("FP16 output") and "farther from the oracle" in m
+                   for m in r.problems), r.problems
+
+
+def test_fp16_oracle_problems_needs_no_fp32_output():
+    """The screen's FP16 check on its own: the rounding of the oracle passes, 1.01 times it
+    fails both ways, its largest element 0.3 % off (several FP16 spacings) fails per element
+only."""
+    from dflash2_numba.screen.variant_steps import fp16_oracle_problems
+
+    ref = np.random.default_rng(3).standard_normal((1, 64, 2, 32)) * 0.05
+    assert fp16_oracle_problems(ref.astype(np.float16), ref) == []
+    bad = fp16_oracle_problems((ref * 1.01).astype(np.float16), ref)
+    assert len(bad) == 2 and bad[0].startswith("FP16 output rel L2"), bad
+    assert "farther from the oracle" in bad[1], bad
+    one = ref.astype(np.float16)
+    i = np.unravel_index(np.argmax(np.abs(ref)), ref.shape)
+    one[i] = np.float16(ref[i] * 1.003)
+    bad = fp16_oracle_problems(one, ref)
+    assert len(bad) == 1 and "farther from the oracle" in bad[0], bad
+
+
 def test_guarded_output_sees_a_write_on_either_side():
     for where in (GUARD - 1, -GUARD):
         out = _guarded_output((1, 4, 2, 32), np.float32)

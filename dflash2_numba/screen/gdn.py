@@ -8,6 +8,11 @@ sentinel-filled state cache whose unnamed slots (guards around and between the n
 named in a non-ascending order) must keep the sentinel and whose named slots must equal the
 plain form's state. Both outputs are caller-owned, sentinel-filled and guarded by sentinel
 elements on each side that must stay untouched.
+
+Against the oracle: the FP32 output and the final state within ``FP32_REL_BOUND`` relative
+L2, the FP32 output within ``FP32_REL_BOUND * max|ref|`` per element, and an FP16 output
+(FP16 inputs) within what one FP16 rounding of such a result allows
+(:func:`fp16_oracle_problems`), besides being the RNE rounding of the FP32 output.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from ..gdn.api import plan_gdn
 from ..workspace import GuardedBuffer
 from .attention import FP32_REL_BOUND, Row, never_checked_rows, time_launches
 from .cases import GdnCaseSpec
-from .variant_steps import audit_route, bitwise_checks, launch_variant
+from .variant_steps import audit_route, bitwise_checks, fp16_oracle_problems, launch_variant
 
 
 def _host(x):
@@ -110,10 +115,17 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
         row.state_err = oracle.rel_l2(h, ref_h)
         if not row.rel_l2_fp32 <= FP32_REL_BOUND:
             row.fail(f"output rel L2 {row.rel_l2_fp32:.3e} > {FP32_REL_BOUND}")
+        abs_bound = FP32_REL_BOUND * float(np.max(np.abs(ref_o), initial=0.0))
+        if not row.max_abs_fp32 <= abs_bound:
+            row.fail(f"output max abs {row.max_abs_fp32:.3e} > {FP32_REL_BOUND} x max|ref| "
+                     f"= {abs_bound:.3e}")
         if not row.state_err <= FP32_REL_BOUND:
             row.fail(f"final state rel L2 {row.state_err:.3e} > {FP32_REL_BOUND}")
         if o_cast.tobytes() != o32.astype(o_cast.dtype).tobytes():
             row.fail("the cast output is not the RNE rounding of the FP32 output")
+        if o_cast.dtype == np.float16:        # (an FP32 cast output is o32's bytes: above)
+            for msg in fp16_oracle_problems(o_cast, ref_o):
+                row.fail(msg)
         guard = np.ones(slots, bool)
         guard[idx] = False
         slots_kept = bool(np.all(cache_after[guard] == SENTINEL))

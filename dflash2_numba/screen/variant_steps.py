@@ -1,13 +1,17 @@
 """The per-variant steps both screen families share: launching a variant with its failures
 recorded on the row, the route audit (only the variant's own kernels ran), and the byte
-comparison of each variant's results with its ``bitwise_reference``."""
+comparison of each variant's results with its ``bitwise_reference``, and the FP16 output's
+checks against the oracle."""
 from __future__ import annotations
 
 from typing import Callable, Dict, Iterable, List, Optional
 
+import numpy as np
+
 import oracle
 
 from .. import _registry
+from ..contract import FP32_REL_L2_BOUND
 
 
 def launch_variant(row, plan_and_launch: Callable[[], object]) -> Optional[object]:
@@ -60,3 +64,27 @@ def bitwise_checks(rows: List, snaps: Dict[str, dict], registry, keys: Iterable[
         base = errs.get(ref_name)
         if base and r.rel_l2_fp32 is not None:
             r.ratio_to_frozen = r.rel_l2_fp32 / base
+
+
+def fp16_oracle_problems(o16, ref, fp32_bound: float = FP32_REL_L2_BOUND) -> List[str]:
+    """What is wrong with an FP16 output against the FP64 oracle ``ref`` (empty: nothing),
+    judged from the FP32 bound ``b`` alone, never from the FP32 output (that would pass any
+    FP16 output that is the rounding of an FP32 output, right or wrong): the FP16 output is
+    one RNE rounding of an FP32 result ``y`` within ``b`` relative L2 and ``b * max|ref|``
+    per element (both screens check both of the FP32 output). The rounding moves an element
+    by at most ``2**-11 |y|`` (``2**-25`` among the subnormals), so the relative L2 is at
+    most ``oracle.fp16_rel_l2_bound``: ``2**-11 (1 + b) + b`` and the subnormal term, the
+    README's "2**-11 + 1e-5" to first order. RNE keeps ``f16(y)`` at or above the lower end
+    of ``y``'s binade, so ``ulp16(out16) / 2`` covers ``|f16(y) - y|``; with the triangle
+    inequality each element is within ``ulp16(out16) / 2 + b max|ref|`` of ``ref``
+    (``oracle.fp16_excess <= 0``)."""
+    out = []
+    rel, bound16 = oracle.rel_l2(o16, ref), oracle.fp16_rel_l2_bound(ref, fp32_bound)
+    if not rel <= bound16:
+        out.append(f"FP16 output rel L2 {rel:.3e} > {bound16:.3e}")
+    abs_bound = fp32_bound * float(np.max(np.abs(ref), initial=0.0))
+    excess = oracle.fp16_excess(o16, ref, abs_bound)
+    if not excess <= 0:
+        out.append(f"FP16 output {excess:.3e} farther from the oracle than one FP16 rounding "
+                   "of a bounded FP32 result")
+    return out
