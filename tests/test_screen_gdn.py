@@ -100,19 +100,26 @@ def _chunked_then_scaled(attr):
     return run
 
 
-def test_gdn_screen_oracle_gate_catches_what_bytes_cannot():
-    """Variants with no bitwise reference are judged by the oracle alone: an output or a
-    final state 1e-4 off (past the FP32 bound 1e-5) must fail by name, chunked passing."""
+def _screen_beside_chunked(runs):
+    """``{variant: row}`` of SPEC screened for chunked and, registered for the call only,
+    one deliberately wrong variant per ``{name: run}`` (chunked's kernels, no bitwise
+    reference: the oracle alone judges them)."""
     made = [_registry.register(_registry.Variant(
-        name=name, family="gdn", description="deliberately inaccurate (test)", contract="B",
-        kernels=chunked.VARIANT.kernels, run=_chunked_then_scaled(attr), bitwise_reference=None))
-        for name, attr in (("bad_output_accuracy", "o"), ("bad_state_accuracy", "hT"))]
+        name=name, family="gdn", description="deliberately wrong (test)", contract="B",
+        kernels=chunked.VARIANT.kernels, run=run, bitwise_reference=None))
+        for name, run in runs.items()]
     try:
-        rows = {r.variant: r for r in screen_case(
-            SPEC, ["chunked", "bad_output_accuracy", "bad_state_accuracy"], timing=False)}
+        return {r.variant: r for r in screen_case(SPEC, ["chunked", *runs], timing=False)}
     finally:
         for v in made:
             _registry.unregister("gdn", v.name)
+
+
+def test_gdn_screen_oracle_gate_catches_what_bytes_cannot():
+    """Variants with no bitwise reference are judged by the oracle alone: an output or a
+    final state 1e-4 off (past the FP32 bound 1e-5) must fail by name, chunked passing."""
+    rows = _screen_beside_chunked({"bad_output_accuracy": _chunked_then_scaled("o"),
+                                   "bad_state_accuracy": _chunked_then_scaled("hT")})
     assert rows["chunked"].status == "ok", rows["chunked"].__dict__
     r = rows["bad_output_accuracy"]
     assert r.status == "FAIL" and r.bitwise is None, r.__dict__
@@ -145,17 +152,8 @@ def test_gdn_screen_checks_the_fp16_output_against_the_oracle():
     (derived from the FP32 bound, not from the FP32 output): 1 % off on relative L2 and per
     element, one element 0.2 % off (relative L2 still within 2**-11 + 1e-5) per element;
     no FP32 check fires, chunked passes."""
-    made = [_registry.register(_registry.Variant(
-        name=name, family="gdn", description="deliberately wrong FP16 output (test)",
-        contract="B", kernels=chunked.VARIANT.kernels, run=_chunked_then_fp16_off(whole),
-        bitwise_reference=None))
-        for name, whole in (("bad_fp16_output", True), ("bad_fp16_element", False))]
-    try:
-        rows = {r.variant: r for r in screen_case(
-            SPEC, ["chunked", "bad_fp16_output", "bad_fp16_element"], timing=False)}
-    finally:
-        for v in made:
-            _registry.unregister("gdn", v.name)
+    rows = _screen_beside_chunked({"bad_fp16_output": _chunked_then_fp16_off(True),
+                                   "bad_fp16_element": _chunked_then_fp16_off(False)})
     assert np.dtype(SPEC.dtype) == np.float16
     assert rows["chunked"].status == "ok", rows["chunked"].__dict__
     for name, rel_fails in (("bad_fp16_output", True), ("bad_fp16_element", False)):
