@@ -6,7 +6,8 @@ that crept into all of them would leave every screen and bench byte check passin
 the kernels no longer keep the contract's operation order.
 
 - PTX (no GPU; a child process without NUMBA_ENABLE_CUDASIM, skipped where numba finds
-  no libNVVM): under the package's flags ``a*b + c`` is ``mul.rn`` then ``add.rn`` and
+  no libNVVM; at sm_70, or at the device's capability on a GPU machine whose CUDA 13
+  cannot target 7.0): under the package's flags ``a*b + c`` is ``mul.rn`` then ``add.rn`` and
   ``cuda.fma`` is ``fma.rn``; numba's default flags contract the same source into ``fma.rn``
   (the control: the check can see a contraction).
 - At run time: a kernel launched through ``_registry.launch`` returns the two-rounding
@@ -40,10 +41,20 @@ CHILD = r"""
     def ops(ptx):
         return {op: ptx.count(op) for op in ("fma.rn.f32", "mul.rn.f32", "add.rn.f32")}
 
+    # sm_70 where the toolchain targets it (CUDA 12); else, on a GPU machine whose CUDA 13
+    # cannot, the device's own capability: the PTX its launches would get
+    cc = (7, 0)
+    try:
+        compile_ptx_cc(fused, sig, cc=cc)
+    except Exception as exc:
+        if "not supported" not in str(exc):
+            raise
+        cc = tuple(cuda.get_current_device().compute_capability)
     found = {
-        "package": ops(compile_ptx_cc(two_roundings, sig, cc=(7, 0))[0]),
-        "package_fma": ops(compile_ptx_cc(fused, sig, cc=(7, 0))[0]),
-        "numba_default": ops(cuda.compile_ptx(two_roundings, sig, cc=(7, 0))[0]),
+        "cc": list(cc),
+        "package": ops(compile_ptx_cc(two_roundings, sig, cc=cc)[0]),
+        "package_fma": ops(compile_ptx_cc(fused, sig, cc=cc)[0]),
+        "numba_default": ops(cuda.compile_ptx(two_roundings, sig, cc=cc)[0]),
     }
     print("OPS" + json.dumps(found))
 """
@@ -78,15 +89,29 @@ def _inputs_where_fusing_shows(n=256, seed=7):
     return a[keep], b[keep], c[keep], two[keep], one[keep]
 
 
+def _ptx_ops(kernel) -> dict:
+    """Counts of the FP32 fma / mul / add instructions in a dispatcher's compiled PTX (GPU;
+    the simulator compiles none: empty)."""
+    inspect = getattr(kernel, "inspect_asm", None)
+    try:
+        ptx = "\n".join(inspect().values()) if inspect is not None else ""
+    except Exception:  # noqa: BLE001  (simulator dispatchers have no PTX)
+        ptx = ""
+    return {op: ptx.count(op) for op in ("fma.rn.f32", "mul.rn.f32", "add.rn.f32", "mul.f32",
+                                         "add.f32", "fma.f32")}
+
+
 def test_launch_keeps_two_roundings_on_the_device():
     a, b, c, two, one = _inputs_where_fusing_shows()
     out = cuda.to_device(np.zeros_like(a))
-    _registry.launch("test.a_times_b_plus_c", cuda.jit(_a_times_b_plus_c), 2, 128, 0,
+    kernel = cuda.jit(_a_times_b_plus_c)
+    _registry.launch("test.a_times_b_plus_c", kernel, 2, 128, 0,
                      cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), out)
     got = out.copy_to_host()
     assert got.tobytes() == two.tobytes(), (
         f"{int(np.sum(got.view(np.uint32) == one.view(np.uint32)))} of {got.size} elements "
-        "are the fused result: _registry.launch compiled with FMA contraction on")
+        f"are the fused result: _registry.launch compiled with FMA contraction on (the "
+        f"launched kernel's PTX: {_ptx_ops(kernel)})")
 
 
 @pytest.mark.gpu

@@ -25,7 +25,10 @@ F1 = np.float32(1.0)
 
 @cuda.jit
 def _combine_two_roundings(seq_lens, row_lengths, use_rows, splits, partial, lse, out):
-    """frozen's combine with one changed rounding: acc + (w*inv)*partial instead of fma."""
+    """frozen's combine with one changed rounding: fma(w, inv * partial, acc) instead of
+    fma(w * inv, partial, acc) (explicit fma both: no compiler contraction can merge the two
+    forms; a first form, acc + (w*inv)*partial, was contracted into frozen's own fma on a
+    GPU, session 39)."""
     b = cuda.blockIdx.x
     t = cuda.blockIdx.y
     h = cuda.blockIdx.z
@@ -54,7 +57,7 @@ def _combine_two_roundings(seq_lens, row_lengths, use_rows, splits, partial, lse
         for s in range(A):
             if lse[b, s, t, h, 0] > LIVE_M_THRESHOLD:
                 w = np.float32(math.exp(max(lse[b, s, t, h, 0] - M, EXP_CLAMP)))
-                acc = acc + (w * inv) * partial[b, s, t, h, d]
+                acc = cuda.fma(w, inv * partial[b, s, t, h, d], acc)
         out[b, t, h, d] = acc
 
 

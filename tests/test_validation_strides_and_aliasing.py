@@ -20,7 +20,7 @@ import pytest
 import dflash2_numba as d2
 import oracle
 from dflash2_numba import _registry
-from dflash2_numba._compat import cuda
+from dflash2_numba._compat import SIMULATOR, cuda
 from dflash2_numba.contract import SENTINEL
 from dflash2_numba.gdn import gdn_prefill
 from tests.attention_helpers import tiny_case
@@ -28,18 +28,45 @@ from tests.attention_helpers import tiny_case
 S = 2
 
 
-def _reversed_on_device(a: np.ndarray):
-    """``a`` as a device view with a negative stride on its first axis (same values)."""
-    return cuda.to_device(np.ascontiguousarray(a[::-1]))[::-1]
+_BASES = {}     # id(view) -> the positive-stride device array the view was cut from
+
+
+def _reversed_on_device(a: np.ndarray, axis: int = 0):
+    """``a`` as a device view with a negative stride on ``axis`` (same values), cut from a
+    positive-stride device copy that :func:`_device_bytes` reads (numba cannot copy a
+    negative-stride view to the host on a GPU)."""
+    base = cuda.to_device(np.ascontiguousarray(np.flip(a, axis)))
+    view = base[(slice(None),) * axis + (slice(None, None, -1),)]
+    assert view.strides[axis] < 0
+    _BASES[id(view)] = base
+    return view
 
 
 def _size1_negative(a: np.ndarray):
     """``a`` (first dim 1) as a device view whose size-1 first axis has a negative stride:
-    C-contiguous by numpy's rule, but numba cannot copy it to the host on a GPU."""
+    C-contiguous by numpy's rule, but numba cannot copy it to the host on a GPU. Built from
+    strides on a GPU (numba's slicing of a reversed view there gave a size-0 axis, session
+    39), by slicing on the simulator."""
     two = np.concatenate([np.zeros_like(a), a])
-    view = cuda.to_device(two)[::-1][:1]
-    assert view.strides[0] < 0
+    base = cuda.to_device(two)
+    if SIMULATOR:
+        view = base[::-1][:1]
+    else:
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+        row = two[0].nbytes                     # element [0] of the view: two[1], i.e. a
+        view = DeviceNDArray(shape=a.shape, strides=(-row,) + two.strides[1:], dtype=a.dtype,
+                             gpu_data=base.gpu_data.view(row))
+    assert view.shape == a.shape and view.strides[0] < 0
+    _BASES[id(view)] = base
     return view
+
+
+def _device_bytes(arr) -> bytes:
+    """The bytes of ``arr`` (a negative-stride view: of the device array it was cut from)."""
+    if not hasattr(arr, "copy_to_host"):
+        return np.array(arr).tobytes()
+    return _BASES.get(id(arr), arr).copy_to_host().tobytes()
 
 
 def _ws():
@@ -66,12 +93,10 @@ def _attention_refused(name, **changes):
 
 
 ATT_NEGATIVE = [
-    ("block_table", lambda c: dict(block_table=cuda.to_device(
-        np.ascontiguousarray(c["block_table"][:, ::-1]))[:, ::-1])),
-    ("seq_lens", lambda c: dict(seq_lens=_reversed_on_device(np.r_[c["seq_lens"], 0].astype(
-        np.int32))[:1])),
-    ("row_lengths", lambda c: dict(row_lengths=cuda.to_device(
-        np.array([[6, 5]], np.int32))[:, ::-1])),
+    ("block_table", lambda c: dict(block_table=_reversed_on_device(c["block_table"], axis=1))),
+    ("seq_lens", lambda c: dict(seq_lens=_size1_negative(c["seq_lens"]))),
+    ("row_lengths", lambda c: dict(row_lengths=_reversed_on_device(
+        np.array([[5, 6]], np.int32), axis=1))),
     ("out", lambda c: dict(out=_size1_negative(np.full((1, 2, 1, 64), 7, np.float16)),
                            workspace=None)),
 ]
@@ -82,10 +107,10 @@ def test_attention_refuses_negative_stride_device_arrays(name, change):
     kw = change(tiny_case())
     arr = kw[name]
     assert any(s < 0 for s in arr.strides)
-    before = arr.copy_to_host().tobytes()
+    before = _device_bytes(arr)
     msg = _attention_refused(name, **kw)
     assert "negative strides" in msg
-    assert arr.copy_to_host().tobytes() == before
+    assert _device_bytes(arr) == before
 
 
 def test_attention_positive_strided_index_arrays_still_run():
@@ -112,15 +137,13 @@ CU = np.array([0, 1, 4], np.int32)
 
 
 def _gdn_refused(name, case, watch=()):
-    before = [(a.copy_to_host() if hasattr(a, "copy_to_host") else np.array(a)).tobytes()
-              for a in watch]
+    before = [_device_bytes(a) for a in watch]
     _registry.route_counters(reset=True)
     with pytest.raises(ValueError) as info:
         gdn_prefill(**case)
     assert str(info.value).startswith(f"{name}:"), str(info.value)
     assert _registry.route_counters() == {}
-    after = [(a.copy_to_host() if hasattr(a, "copy_to_host") else np.array(a)).tobytes()
-             for a in watch]
+    after = [_device_bytes(a) for a in watch]
     assert after == before
     return str(info.value)
 
