@@ -28,9 +28,6 @@ from tests.attention_helpers import tiny_case
 S = 2
 
 
-_BASES = {}     # id(view) -> the positive-stride device array the view was cut from
-
-
 def _reversed_on_device(a: np.ndarray, axis: int = 0):
     """``a`` as a device view with a negative stride on ``axis`` (same values), cut from a
     positive-stride device copy that :func:`_device_bytes` reads (numba cannot copy a
@@ -38,7 +35,7 @@ def _reversed_on_device(a: np.ndarray, axis: int = 0):
     base = cuda.to_device(np.ascontiguousarray(np.flip(a, axis)))
     view = base[(slice(None),) * axis + (slice(None, None, -1),)]
     assert view.strides[axis] < 0
-    _BASES[id(view)] = base
+    view.test_base = base          # the positive-stride array the view was cut from
     return view
 
 
@@ -58,7 +55,7 @@ def _size1_negative(a: np.ndarray):
         view = DeviceNDArray(shape=a.shape, strides=(-row,) + two.strides[1:], dtype=a.dtype,
                              gpu_data=base.gpu_data.view(row))
     assert view.shape == a.shape and view.strides[0] < 0
-    _BASES[id(view)] = base
+    view.test_base = base
     return view
 
 
@@ -66,7 +63,7 @@ def _device_bytes(arr) -> bytes:
     """The bytes of ``arr`` (a negative-stride view: of the device array it was cut from)."""
     if not hasattr(arr, "copy_to_host"):
         return np.array(arr).tobytes()
-    return _BASES.get(id(arr), arr).copy_to_host().tobytes()
+    return getattr(arr, "test_base", arr).copy_to_host().tobytes()
 
 
 def _ws():
