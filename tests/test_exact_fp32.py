@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from dflash2_numba import _registry
-from dflash2_numba._compat import cuda, fma32_exact
+from bench.fma_contraction_probe import a_times_b_plus_c, fusing_inputs, listing, probe
+from dflash2_numba._compat import SIMULATOR, cuda
 from tests.nvvm_child import child_json
 
 CHILD = r"""
@@ -69,56 +70,35 @@ def test_ptx_keeps_two_roundings_and_explicit_fma():
     assert found["numba_default"]["fma.rn.f32"] == 1, found
 
 
-def _a_times_b_plus_c(a, b, c, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a[i] * b[i] + c[i]
-
-
-def _inputs_where_fusing_shows(n=256, seed=7):
-    """float32 a, b, c with fma(a, b, c) != rn(rn(a*b) + c) for every element, and both
-    host results: the two roundings in float32 numpy, the single rounding exactly."""
-    rng = np.random.default_rng(seed)
-    a = rng.uniform(0.5, 2.0, 8 * n).astype(np.float32)
-    b = rng.uniform(0.5, 2.0, 8 * n).astype(np.float32)
-    c = rng.uniform(-2.0, 2.0, 8 * n).astype(np.float32)
-    two = a * b + c                                              # float32: two roundings
-    one = np.array([fma32_exact(x, y, z) for x, y, z in zip(a, b, c)], dtype=np.float32)
-    keep = np.flatnonzero(two.view(np.uint32) != one.view(np.uint32))[:n]
-    assert keep.size == n
-    return a[keep], b[keep], c[keep], two[keep], one[keep]
-
-
-def _ptx_ops(kernel) -> dict:
-    """Counts of the FP32 fma / mul / add instructions in a dispatcher's compiled PTX (GPU;
-    the simulator compiles none: empty)."""
-    inspect = getattr(kernel, "inspect_asm", None)
-    try:
-        ptx = "\n".join(inspect().values()) if inspect is not None else ""
-    except Exception:  # noqa: BLE001  (simulator dispatchers have no PTX)
-        ptx = ""
-    return {op: ptx.count(op) for op in ("fma.rn.f32", "mul.rn.f32", "add.rn.f32", "mul.f32",
-                                         "add.f32", "fma.f32")}
-
-
 def test_launch_keeps_two_roundings_on_the_device():
-    a, b, c, two, one = _inputs_where_fusing_shows()
+    a, b, c, two, one = fusing_inputs()
     out = cuda.to_device(np.zeros_like(a))
-    kernel = cuda.jit(_a_times_b_plus_c)
+    kernel = cuda.jit(a_times_b_plus_c)
     _registry.launch("test.a_times_b_plus_c", kernel, 2, 128, 0,
                      cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), out)
     got = out.copy_to_host()
     assert got.tobytes() == two.tobytes(), (
         f"{int(np.sum(got.view(np.uint32) == one.view(np.uint32)))} of {got.size} elements "
         f"are the fused result: _registry.launch compiled with FMA contraction on (the "
-        f"launched kernel's PTX: {_ptx_ops(kernel)})")
+        f"launched kernel's PTX: {listing(kernel, 'asm')}; bench/fma_contraction_probe.py "
+        f"says more)")
 
 
 @pytest.mark.gpu
 def test_default_compile_fuses_on_this_gpu():
     """The control for the test above: outside ``exact_fp32`` the same source does contract
     here, so the inputs can tell the two compilations apart."""
-    a, b, c, two, one = _inputs_where_fusing_shows()
+    a, b, c, two, one = fusing_inputs()
     out = cuda.to_device(np.zeros_like(a))
-    cuda.jit(_a_times_b_plus_c)[2, 128](cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), out)
+    cuda.jit(a_times_b_plus_c)[2, 128](cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), out)
     assert out.copy_to_host().tobytes() == one.tobytes()
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="simulator: the GPU's answer is the probe's output")
+def test_fma_probe_runs_and_the_simulator_never_fuses():
+    """``bench/fma_contraction_probe.py`` on the simulator: both builds give the two-rounding
+    result everywhere (the simulator has no contraction) and there is no PTX to list."""
+    found = probe()
+    for how in ("package", "numba_default"):
+        assert found[how]["two_roundings"] == found[how]["of"] == 256, found
+        assert "unavailable" in found[how]["ptx"], found
