@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from dflash2_numba import _registry  # noqa: E402  (numpy shim before numba)
-from dflash2_numba._compat import SIMULATOR, cuda, fma32_exact  # noqa: E402
+from dflash2_numba._compat import PTXAS_NO_FMAD_ENV, SIMULATOR, cuda, fma32_exact  # noqa: E402
 
 OPS = ("fma.rn.f32", "mul.rn.f32", "add.rn.f32", "fma.f32", "mul.f32", "add.f32")
 SASS_OPS = ("FFMA", "FMUL", "FADD")
@@ -67,14 +67,23 @@ def probe() -> dict:
 
         found["nvvm_version"] = list(nvvm.NVVM().get_version())
         found["device"] = str(cuda.get_current_device().name)
-    for how in ("package", "numba_default"):
+    for how in ("package", "package_ptxas_no_fmad", "numba_default"):
         kernel = cuda.jit(a_times_b_plus_c)
         out = cuda.to_device(np.zeros_like(a))
         args = (cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), out)
-        if how == "package":
-            _registry.launch("probe.a_times_b_plus_c", kernel, 2, 128, 0, *args)
-        else:
+        if how == "numba_default":
             kernel[2, 128](*args)
+        else:
+            # the second build also asks the linker's ptxas for --fmad=false
+            before = os.environ.get(PTXAS_NO_FMAD_ENV)
+            os.environ[PTXAS_NO_FMAD_ENV] = "1" if how == "package_ptxas_no_fmad" else "0"
+            try:
+                _registry.launch("probe.a_times_b_plus_c", kernel, 2, 128, 0, *args)
+            finally:
+                if before is None:
+                    os.environ.pop(PTXAS_NO_FMAD_ENV)
+                else:
+                    os.environ[PTXAS_NO_FMAD_ENV] = before
         got = out.copy_to_host().view(np.uint32)
         found[how] = {"two_roundings": int(np.sum(got == two.view(np.uint32))),
                       "fused": int(np.sum(got == one.view(np.uint32))), "of": int(got.size),

@@ -84,6 +84,34 @@ def _install_nvvm_patch() -> None:
         codegen.nvvm.compile_ir = compile_ir
 
 
+PTXAS_NO_FMAD_ENV = "DFLASH2_PTXAS_NO_FMAD"   # "1": also ask the linker's ptxas for --fmad=false
+
+
+def _install_linker_patch() -> None:
+    """Under :func:`exact_fp32` and ``DFLASH2_PTXAS_NO_FMAD=1``, the PTX-to-cubin link of a
+    kernel also passes ``--fmad=false`` to ptxas (explicit ``fma.rn`` stays; only a plain
+    ``mul`` / ``add`` pair can no longer be fused there). Off by default: a candidate for the
+    contraction found on a GPU with CUDA 13 (session 39), to be tried by
+    ``bench/fma_contraction_probe.py`` before it becomes the rule."""
+    if SIMULATOR:
+        return
+    from numba.cuda.cudadrv import driver
+
+    linker = getattr(driver, "_Linker", None)
+    original = getattr(linker, "_get_linker_options", None)
+    if original is None or getattr(original, "_dflash2_patched", False):
+        return
+
+    def _get_linker_options(self, ptx):
+        options = original(self, ptx)
+        if _contract_off() and os.environ.get(PTXAS_NO_FMAD_ENV) == "1":
+            options.ptxas_options = ["--fmad=false"]
+        return options
+
+    _get_linker_options._dflash2_patched = True  # type: ignore[attr-defined]
+    linker._get_linker_options = _get_linker_options
+
+
 def fma32_exact(a, b, c):
     """Correctly rounded float32 fma(a, b, c) on the host (used by the simulator).
 
@@ -132,6 +160,7 @@ _F32_OVERFLOW_MID = 2.0 ** 128 - 2.0 ** 103         # rounds to inf (ties to eve
 
 
 _install_nvvm_patch()
+_install_linker_patch()
 if SIMULATOR:
     from . import _simulator
 

@@ -99,6 +99,30 @@ def test_fma_probe_runs_and_the_simulator_never_fuses():
     """``bench/fma_contraction_probe.py`` on the simulator: both builds give the two-rounding
     result everywhere (the simulator has no contraction) and there is no PTX to list."""
     found = probe()
-    for how in ("package", "numba_default"):
+    for how in ("package", "package_ptxas_no_fmad", "numba_default"):
         assert found[how]["two_roundings"] == found[how]["of"] == 256, found
         assert "unavailable" in found[how]["ptx"], found
+
+
+LINKER_CHILD = r"""
+    import os
+    from numba.cuda.cudadrv import driver
+    from dflash2_numba._compat import PTXAS_NO_FMAD_ENV, exact_fp32
+
+    linker = driver._Linker(cc=(9, 0))
+    got = {}
+    for env in ("0", "1"):
+        os.environ[PTXAS_NO_FMAD_ENV] = env
+        got["outside_" + env] = linker._get_linker_options(ptx=False).ptxas_options
+        with exact_fp32():
+            got["exact_" + env] = linker._get_linker_options(ptx=False).ptxas_options
+    print("LINK" + json.dumps(got))
+"""
+
+
+def test_ptxas_no_fmad_only_under_exact_fp32_and_the_switch():
+    """``DFLASH2_PTXAS_NO_FMAD=1`` adds ptxas ``--fmad=false`` to the link of kernels built
+    under ``exact_fp32`` and nowhere else (numba's real driver module, no GPU needed)."""
+    got = child_json(LINKER_CHILD, "LINK", timeout=300)
+    assert got == {"outside_0": None, "exact_0": None, "outside_1": None,
+                   "exact_1": ["--fmad=false"]}, got
