@@ -1,4 +1,5 @@
 # call 2 (short): the rest of tests/test_screen.py and the session-38 GPU-behaviour tests on a GPU
+# (_run/head.sh was bench/logs/session38_2026-12-06/head.sh, unchanged)
 source _run/head.sh
 export DFLASH2_GPU=1
 step tests_new 120 python3 -m pytest -v -p no:cacheprovider -rfEs tests/test_exact_fp32.py tests/test_simulator_patches.py tests/test_gpu_host_semantics.py tests/test_validation_strides_and_aliasing.py
