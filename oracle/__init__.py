@@ -12,8 +12,8 @@ Plain numpy / scipy / mpmath; never imports numba or ``dflash2_numba``.
 from .attention import (E4M3_TABLE, attention_reference, attention_reference_mp, decode_e4m3,
                         decode_e4m3_bits, qk_scale_f32, row_lengths_of)
 from .gdn import gdn_reference, gdn_reference_chunked, gdn_reference_mp
-from .metrics import (Mismatch, first_mismatch, fp16_excess, fp16_rel_l2_bound, max_abs, rel_l2,
-                      ulp16)
+from .metrics import (Mismatch, first_mismatch, fp16_excess, fp16_rel_l2_bound, max_abs,
+                      max_abs_bound, rel_l2, ulp16)
 
 
 def run_selfcheck(verbose=True) -> bool:
@@ -35,7 +35,7 @@ def __getattr__(name):
 __all__ = [
     "attention_reference", "attention_reference_mp", "gdn_reference", "gdn_reference_mp",
     "gdn_reference_chunked", "rel_l2", "max_abs", "first_mismatch", "Mismatch",
-    "ulp16", "fp16_rel_l2_bound", "fp16_excess",
+    "ulp16", "max_abs_bound", "fp16_rel_l2_bound", "fp16_excess",
     "run_selfcheck", "random_attention_case", "random_gdn_case",
     "E4M3_TABLE", "decode_e4m3", "decode_e4m3_bits", "qk_scale_f32", "row_lengths_of",
 ]

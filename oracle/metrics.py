@@ -17,8 +17,8 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["rel_l2", "max_abs", "first_mismatch", "Mismatch", "ulp16", "fp16_rel_l2_bound",
-           "fp16_excess"]
+__all__ = ["rel_l2", "max_abs", "first_mismatch", "Mismatch", "ulp16", "max_abs_bound",
+           "fp16_rel_l2_bound", "fp16_excess"]
 
 
 _EXACT_INT = 2 ** 53  # integers up to this magnitude convert to float64 exactly
@@ -113,6 +113,12 @@ def ulp16(x) -> np.ndarray:
     within half of it."""
     a = np.abs(np.asarray(x, dtype=np.float64)).astype(np.float16)
     return np.nextafter(a, np.float16(np.inf)).astype(np.float64) - a.astype(np.float64)
+
+
+def max_abs_bound(ref, rel_bound: float) -> float:
+    """The per-element (max abs) error a result may have under a relative bound: ``rel_bound
+    * max|ref|`` (0.0 for an empty ``ref``), the bound applied to the largest reference value."""
+    return float(rel_bound) * float(np.max(np.abs(np.asarray(ref, dtype=np.float64)), initial=0.0))
 
 
 def fp16_rel_l2_bound(ref, fp32_rel_bound: float) -> float:

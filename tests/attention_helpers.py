@@ -5,6 +5,7 @@ import numpy as np
 
 import oracle
 from dflash2_numba.contract import FP32_REL_L2_BOUND
+from dflash2_numba.screen.variant_steps import fp16_oracle_problems
 
 
 def case(rng, **kw):
@@ -78,12 +79,10 @@ def check_against_oracle(out32, out16, ref, rel_bound=FP32_REL_L2_BOUND):
     from the FP32 bound, not from the FP32 result, so a wrong FP16 output fails)."""
     rel = oracle.rel_l2(out32, ref)
     assert rel <= rel_bound, f"rel L2 {rel:.3e} > {rel_bound}"
-    abs_bound = rel_bound * float(np.max(np.abs(ref), initial=0.0))
+    abs_bound = oracle.max_abs_bound(ref, rel_bound)
     mx = oracle.max_abs(out32, ref)
     assert mx <= abs_bound, f"max abs {mx:.3e} > {abs_bound:.3e}"
     assert np.array_equal(out16, out32.astype(np.float16)), "FP16 output is not f16(FP32 output)"
-    rel16, bound16 = oracle.rel_l2(out16, ref), oracle.fp16_rel_l2_bound(ref, rel_bound)
-    assert rel16 <= bound16, f"FP16 rel L2 {rel16:.3e} > {bound16:.3e}"
-    excess = oracle.fp16_excess(out16, ref, abs_bound)
-    assert excess <= 0, f"FP16 output {excess:.3e} past one rounding of a bounded FP32 result"
+    problems = fp16_oracle_problems(out16, ref, rel_bound)
+    assert not problems, problems
     return rel

@@ -191,7 +191,7 @@ def _oracle_checks(row: Row, snap: dict, ref: np.ndarray) -> None:
     # FP32: rel L2 within the bound, and per element within the bound times max|ref|;
     # FP16: the RNE rounding of the FP32 output, and against the oracle within one rounding
     # of a result inside those bounds (derived from the bound, not from out32)
-    abs_bound = FP32_REL_BOUND * float(np.max(np.abs(ref), initial=0.0))
+    abs_bound = oracle.max_abs_bound(ref, FP32_REL_BOUND)
     if not row.rel_l2_fp32 <= FP32_REL_BOUND:
         row.fail(f"FP32 rel L2 {row.rel_l2_fp32:.3e} > {FP32_REL_BOUND}")
     if not row.max_abs_fp32 <= abs_bound:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Iterable, List, Optional
 
-import numpy as np
-
 import oracle
 
 from .. import _registry
@@ -82,8 +80,7 @@ def fp16_oracle_problems(o16, ref, fp32_bound: float = FP32_REL_L2_BOUND) -> Lis
     rel, bound16 = oracle.rel_l2(o16, ref), oracle.fp16_rel_l2_bound(ref, fp32_bound)
     if not rel <= bound16:
         out.append(f"FP16 output rel L2 {rel:.3e} > {bound16:.3e}")
-    abs_bound = fp32_bound * float(np.max(np.abs(ref), initial=0.0))
-    excess = oracle.fp16_excess(o16, ref, abs_bound)
+    excess = oracle.fp16_excess(o16, ref, oracle.max_abs_bound(ref, fp32_bound))
     if not excess <= 0:
         out.append(f"FP16 output {excess:.3e} farther from the oracle than one FP16 rounding "
                    "of a bounded FP32 result")
