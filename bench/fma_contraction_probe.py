@@ -1,12 +1,16 @@
 """Where ``a*b + c`` gets fused on this GPU: the NVVM version, the PTX and (where nvdisasm
-runs) the SASS of one kernel built under the package's flags (``_registry.launch``:
-``exact_fp32``, NVVM ``-fma=0``) and under numba's defaults, and what each returns against
-the two-rounding and the fused host results.
+runs) the SASS of one kernel built three ways, and what each returns against the
+two-rounding and the fused host results:
 
-Session 39 found kernels launched through ``_registry.launch`` fused on an H100 (numba-cuda
-0.30.4, CUDA 13) while the same build here (CUDA 12.9 NVVM) keeps ``mul.rn`` + ``add.rn``.
-PTX with ``fma`` points at NVVM; PTX without ``.rn`` on the pair and ``FFMA`` in the SASS
-point at the assembler (nvJitLink / ptxas).
+- ``package``: as ``_registry.launch`` builds it (``exact_fp32``: NVVM ``-fma=0``, and the
+  cubin linked from that PTX);
+- ``package_lto``: the same flags but linked through nvJitLink's LTO, numba's default where
+  nvJitLink is installed (the build session 39 found fused: 256 of 256 on an H100);
+- ``numba_default``: numba's own flags (contracts in NVVM).
+
+Session 40 found the cause offline (CUDA 12.9 and 13.5 nvJitLink): the LTO link fuses the
+pair NVVM kept apart; ``_compat._install_lto_patch`` links the package's kernels from PTX.
+Expect ``package`` all two-rounding and the other two all fused.
 
 Usage: ``python3 bench/fma_contraction_probe.py [--out DIR]`` (writes ``fma_probe.json``).
 Exit status 0 when it ran (whatever it found), 2 for usage errors. On the simulator it
@@ -24,10 +28,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from dflash2_numba import _registry  # noqa: E402  (numpy shim before numba)
-from dflash2_numba._compat import PTXAS_NO_FMAD_ENV, SIMULATOR, cuda, fma32_exact  # noqa: E402
+from dflash2_numba._compat import SIMULATOR, allow_lto_link, cuda, fma32_exact  # noqa: E402
 
 OPS = ("fma.rn.f32", "mul.rn.f32", "add.rn.f32", "fma.f32", "mul.f32", "add.f32")
 SASS_OPS = ("FFMA", "FMUL", "FADD")
+FORMS = ("package", "package_lto", "numba_default")
 
 
 def a_times_b_plus_c(a, b, c, out):
@@ -67,23 +72,17 @@ def probe() -> dict:
 
         found["nvvm_version"] = list(nvvm.NVVM().get_version())
         found["device"] = str(cuda.get_current_device().name)
-    for how in ("package", "package_ptxas_no_fmad", "numba_default"):
+    for how in FORMS:
         kernel = cuda.jit(a_times_b_plus_c)
         out = cuda.to_device(np.zeros_like(a))
         args = (cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), out)
         if how == "numba_default":
             kernel[2, 128](*args)
-        else:
-            # the second build also asks the linker's ptxas for --fmad=false
-            before = os.environ.get(PTXAS_NO_FMAD_ENV)
-            os.environ[PTXAS_NO_FMAD_ENV] = "1" if how == "package_ptxas_no_fmad" else "0"
-            try:
+        elif how == "package_lto":
+            with allow_lto_link():
                 _registry.launch("probe.a_times_b_plus_c", kernel, 2, 128, 0, *args)
-            finally:
-                if before is None:
-                    os.environ.pop(PTXAS_NO_FMAD_ENV)
-                else:
-                    os.environ[PTXAS_NO_FMAD_ENV] = before
+        else:
+            _registry.launch("probe.a_times_b_plus_c", kernel, 2, 128, 0, *args)
         got = out.copy_to_host().view(np.uint32)
         found[how] = {"two_roundings": int(np.sum(got == two.view(np.uint32))),
                       "fused": int(np.sum(got == one.view(np.uint32))), "of": int(got.size),

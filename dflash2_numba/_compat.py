@@ -12,6 +12,8 @@ FP32-exactness switches every kernel of this package is compiled and simulated w
    own rounding, so our kernels are compiled with ``-fma=0``; explicit
    ``cuda.fma`` calls still become ``fma.rn.f32``. The switch is scoped: only
    compilations inside :func:`exact_fp32` see it, other numba users are untouched.
+   Inside it a kernel is also linked from that PTX rather than through nvJitLink's LTO,
+   whose code generation fuses the pair again (:func:`_install_lto_patch`).
 3. Under the CUDA simulator, :mod:`._simulator` makes ``cuda.fma`` a correctly
    rounded FP32 fused multiply-add (the simulator's is ``a*b + c``, two roundings)
    and speeds up thread-block execution.
@@ -19,6 +21,8 @@ FP32-exactness switches every kernel of this package is compiled and simulated w
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import math
 import os
 import threading
@@ -84,32 +88,53 @@ def _install_nvvm_patch() -> None:
         codegen.nvvm.compile_ir = compile_ir
 
 
-PTXAS_NO_FMAD_ENV = "DFLASH2_PTXAS_NO_FMAD"   # "1": also ask the linker's ptxas for --fmad=false
+def _lto_allowed() -> bool:
+    return getattr(_state, "allow_lto", 0) > 0
 
 
-def _install_linker_patch() -> None:
-    """Under :func:`exact_fp32` and ``DFLASH2_PTXAS_NO_FMAD=1``, the PTX-to-cubin link of a
-    kernel also passes ``--fmad=false`` to ptxas (explicit ``fma.rn`` stays; only a plain
-    ``mul`` / ``add`` pair can no longer be fused there). Off by default: a candidate for the
-    contraction found on a GPU with CUDA 13 (session 39), to be tried by
-    ``bench/fma_contraction_probe.py`` before it becomes the rule."""
+@contextlib.contextmanager
+def allow_lto_link():
+    """Let kernels built inside this block link through LTO even under :func:`exact_fp32`:
+    numba's default, which contracts ``a*b + c`` (see :func:`_install_lto_patch`). Only
+    for the probe and the tests that show the cause; the package never enters it."""
+    _state.allow_lto = getattr(_state, "allow_lto", 0) + 1
+    try:
+        yield
+    finally:
+        _state.allow_lto -= 1
+
+
+def _install_lto_patch() -> None:
+    """Under :func:`exact_fp32` a kernel's cubin is linked from its PTX, not through LTO.
+
+    numba-cuda links every kernel through nvJitLink's LTO where nvJitLink is installed
+    (``cuda.jit``'s ``lto=None``). The LTO-IR that NVVM emits under ``-fma=0`` does not keep
+    the two roundings: nvJitLink's own code generation fuses ``a*b + c`` into one FFMA
+    (CUDA 12.9 and 13.5 alike, found offline in session 40 after session 39 saw 256 of 256
+    elements fused on an H100). The PTX route keeps them: NVVM writes ``mul.rn`` +
+    ``add.rn`` and ptxas never contracts an operation with an explicit rounding. Our
+    kernels link no other code, so nothing else changes."""
     if SIMULATOR:
         return
     from numba.cuda.cudadrv import driver
 
     linker = getattr(driver, "_Linker", None)
-    original = getattr(linker, "_get_linker_options", None)
+    original = getattr(linker, "__init__", None)
     if original is None or getattr(original, "_dflash2_patched", False):
         return
+    if "lto" not in inspect.signature(original).parameters:
+        raise ImportError("numba-cuda's _Linker takes no 'lto' argument: dflash2_numba cannot "
+                          "keep FMA contraction off (see _compat._install_lto_patch)")
 
-    def _get_linker_options(self, ptx):
-        options = original(self, ptx)
-        if _contract_off() and os.environ.get(PTXAS_NO_FMAD_ENV) == "1":
-            options.ptxas_options = ["--fmad=false"]
-        return options
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        bound = inspect.signature(original).bind(self, *args, **kwargs)
+        if _contract_off() and not _lto_allowed():
+            bound.arguments["lto"] = False
+        original(*bound.args, **bound.kwargs)
 
-    _get_linker_options._dflash2_patched = True  # type: ignore[attr-defined]
-    linker._get_linker_options = _get_linker_options
+    __init__._dflash2_patched = True  # type: ignore[attr-defined]
+    linker.__init__ = __init__
 
 
 def fma32_exact(a, b, c):
@@ -160,7 +185,7 @@ _F32_OVERFLOW_MID = 2.0 ** 128 - 2.0 ** 103         # rounds to inf (ties to eve
 
 
 _install_nvvm_patch()
-_install_linker_patch()
+_install_lto_patch()
 if SIMULATOR:
     from . import _simulator
 

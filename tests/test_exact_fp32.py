@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from dflash2_numba import _registry
-from bench.fma_contraction_probe import a_times_b_plus_c, fusing_inputs, listing, probe
+from bench.fma_contraction_probe import FORMS, a_times_b_plus_c, fusing_inputs, listing, probe
 from dflash2_numba._compat import SIMULATOR, cuda
 from tests.nvvm_child import child_json
 
@@ -96,33 +96,110 @@ def test_default_compile_fuses_on_this_gpu():
 
 @pytest.mark.skipif(not SIMULATOR, reason="simulator: the GPU's answer is the probe's output")
 def test_fma_probe_runs_and_the_simulator_never_fuses():
-    """``bench/fma_contraction_probe.py`` on the simulator: both builds give the two-rounding
+    """``bench/fma_contraction_probe.py`` on the simulator: every build gives the two-rounding
     result everywhere (the simulator has no contraction) and there is no PTX to list."""
     found = probe()
-    for how in ("package", "package_ptxas_no_fmad", "numba_default"):
+    for how in FORMS:
         assert found[how]["two_roundings"] == found[how]["of"] == 256, found
         assert "unavailable" in found[how]["ptx"], found
 
 
-LINKER_CHILD = r"""
-    import os
+# The dispatcher's own build and link, as a launch does it, without a GPU: numba's device
+# lookups answer with CC and the cubin is not loaded (nothing to load it onto).
+LINK_CHILD = r"""
+    import subprocess, tempfile, types as pytypes
+    from cuda import pathfinder
+    from numba import cuda, types
+    from numba.cuda import codegen, dispatcher
     from numba.cuda.cudadrv import driver
-    from dflash2_numba._compat import PTXAS_NO_FMAD_ENV, exact_fp32
+    from dflash2_numba._compat import allow_lto_link, exact_fp32, target_cc
+    from bench.fma_contraction_probe import FORMS, OPS, SASS_OPS, a_times_b_plus_c
 
-    linker = driver._Linker(cc=(9, 0))
-    got = {}
-    for env in ("0", "1"):
-        os.environ[PTXAS_NO_FMAD_ENV] = env
-        got["outside_" + env] = linker._get_linker_options(ptx=False).ptxas_options
-        with exact_fp32():
-            got["exact_" + env] = linker._get_linker_options(ptx=False).ptxas_options
-    print("LINK" + json.dumps(got))
+    CC = (9, 0)
+    device = pytypes.SimpleNamespace(compute_capability=CC)
+    codegen.devices.get_context = lambda *a: pytypes.SimpleNamespace(device=device)
+    dispatcher._Kernel.bind = lambda self: None
+    links = []
+    complete = driver._Linker.complete
+
+    def recording_complete(self):
+        ptx = [o.code.decode() for o in self._object_codes if o.code_type == "ptx"]
+        links.append({"lto": bool(self.lto),
+                      "objects": sorted(o.code_type for o in self._object_codes),
+                      "ptx": {op: sum(p.count(op) for p in ptx) for op in OPS}})
+        return complete(self)
+
+    driver._Linker.complete = recording_complete
+    nvdisasm = pathfinder.find_nvidia_binary_utility("nvdisasm")
+    found = {"nvdisasm": nvdisasm}
+    for how in FORMS:
+        kernel = cuda.jit(a_times_b_plus_c)
+        sig = (types.float32[::1],) * 4
+        with target_cc(CC):
+            if how == "package":
+                with exact_fp32():
+                    library = kernel.compile(sig).library
+                    cubin = library.get_cubin(cc=CC + ("a",))
+            elif how == "package_lto":
+                with exact_fp32(), allow_lto_link():
+                    library = kernel.compile(sig).library
+                    cubin = library.get_cubin(cc=CC + ("a",))
+            else:
+                library = kernel.compile(sig).library
+                cubin = library.get_cubin(cc=CC + ("a",))
+        found[how] = dict(links[-1])
+        if nvdisasm:
+            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+                f.write(bytes(cubin.code))
+                f.flush()
+                sass = subprocess.run([nvdisasm, f.name], capture_output=True, text=True,
+                                      check=True).stdout
+            found[how]["sass"] = {op: sass.count(op) for op in SASS_OPS}
+    print("LINK" + json.dumps(found))
 """
 
 
-def test_ptxas_no_fmad_only_under_exact_fp32_and_the_switch():
-    """``DFLASH2_PTXAS_NO_FMAD=1`` adds ptxas ``--fmad=false`` to the link of kernels built
-    under ``exact_fp32`` and nowhere else (numba's real driver module, no GPU needed)."""
-    got = child_json(LINKER_CHILD, "LINK", timeout=300)
-    assert got == {"outside_0": None, "exact_0": None, "outside_1": None,
-                   "exact_1": ["--fmad=false"]}, got
+def test_package_links_from_ptx_and_its_sass_keeps_two_roundings():
+    """The cause session 40 found offline for the H100's 256 fused elements: numba links a
+    kernel through nvJitLink's LTO where nvJitLink is installed, and the LTO code generation
+    fuses ``a*b + c`` although NVVM compiled the LTO-IR under ``-fma=0``. Under
+    ``exact_fp32`` the package links the kernel from its PTX (``mul.rn`` + ``add.rn``, which
+    ptxas never contracts), and the SASS (nvdisasm, sm_90a) has FMUL + FADD; the LTO link of
+    the same build and numba's default have one FFMA (the control: the SASS check can see a
+    contraction). The dispatcher's own compile and link, no GPU."""
+    found = child_json(LINK_CHILD, "LINK", timeout=600)
+    package, lto, default = found["package"], found["package_lto"], found["numba_default"]
+    assert package["lto"] is False and package["objects"] == ["ptx"], found
+    assert package["ptx"]["mul.rn.f32"] == 1 and package["ptx"]["add.rn.f32"] == 1, found
+    assert package["ptx"]["fma.rn.f32"] == 0, found
+    assert lto["lto"] is True and lto["objects"] == ["ltoir"], found
+    assert default["lto"] is True, found
+    if found["nvdisasm"] is None:
+        pytest.skip("no nvdisasm (the test extra installs nvidia-cuda-nvdisasm): PTX checked only")
+    assert package["sass"] == {"FFMA": 0, "FMUL": 1, "FADD": 1}, found
+    assert lto["sass"]["FFMA"] == 1 and lto["sass"]["FMUL"] == 0, found
+    assert default["sass"]["FFMA"] == 1 and default["sass"]["FMUL"] == 0, found
+
+
+LTO_SWITCH_CHILD = r"""
+    from numba.cuda.cudadrv import driver
+    from dflash2_numba._compat import allow_lto_link, exact_fp32
+
+    got = {"outside": driver._Linker(cc=(9, 0), lto=True).lto}
+    with exact_fp32():
+        got["exact"] = driver._Linker(cc=(9, 0), lto=True).lto
+        got["exact_positional"] = driver._Linker(None, False, (9, 0), True).lto
+        with allow_lto_link():
+            got["exact_allowed"] = driver._Linker(cc=(9, 0), lto=True).lto
+    got["after"] = driver._Linker(cc=(9, 0), lto=True).lto
+    print("LTO" + json.dumps(got))
+"""
+
+
+def test_lto_is_refused_only_under_exact_fp32():
+    """The link switch is scoped like NVVM's ``-fma=0``: only links inside ``exact_fp32``
+    (and outside ``allow_lto_link``) lose LTO, however the argument is passed; other numba
+    users keep numba's default (numba's real driver module, no GPU needed)."""
+    got = child_json(LTO_SWITCH_CHILD, "LTO", timeout=300)
+    assert got == {"outside": True, "exact": False, "exact_positional": False,
+                   "exact_allowed": True, "after": True}, got
