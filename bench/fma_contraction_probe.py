@@ -19,6 +19,7 @@ says there is no PTX and only compares results (the simulator never fuses).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -28,7 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from dflash2_numba import _registry  # noqa: E402  (numpy shim before numba)
-from dflash2_numba._compat import SIMULATOR, allow_lto_link, cuda, fma32_exact  # noqa: E402
+from dflash2_numba._compat import (  # noqa: E402
+    SIMULATOR, allow_lto_link, cuda, exact_fp32, fma32_exact)
 
 OPS = ("fma.rn.f32", "mul.rn.f32", "add.rn.f32", "fma.f32", "mul.f32", "add.f32")
 SASS_OPS = ("FFMA", "FMUL", "FADD")
@@ -54,11 +56,28 @@ def fusing_inputs(n=256, seed=7):
     return a[keep], b[keep], c[keep], two[keep], one[keep]
 
 
-def listing(kernel, what):
+@contextlib.contextmanager
+def build_switches(how):
+    """The compile and link switches of build ``how`` (one of :data:`FORMS`)."""
+    if how == "numba_default":
+        yield
+    elif how == "package_lto":
+        with exact_fp32(), allow_lto_link():
+            yield
+    else:
+        with exact_fp32():
+            yield
+
+
+def listing(kernel, what, how="package"):
     """``{op: count}`` of a dispatcher's PTX (``what="asm"``) or SASS (``"sass"``), or the
-    reason it could not be had."""
+    reason it could not be had. Under ``how``'s switches: numba's ``inspect_asm`` asks for
+    the device's capability without the ``a`` suffix a launch builds for, so it compiles
+    the PTX again, and outside them that PTX would be numba's default one."""
     try:
-        text = "\n".join((kernel.inspect_asm() if what == "asm" else kernel.inspect_sass()).values())
+        with build_switches(how):
+            found = kernel.inspect_asm() if what == "asm" else kernel.inspect_sass()
+        text = "\n".join(found.values())
     except Exception as exc:  # noqa: BLE001  (simulator; no nvdisasm)
         return {"unavailable": f"{type(exc).__name__}: {exc}"[:200]}
     return {op: text.count(op) for op in (OPS if what == "asm" else SASS_OPS)}
@@ -76,17 +95,15 @@ def probe() -> dict:
         kernel = cuda.jit(a_times_b_plus_c)
         out = cuda.to_device(np.zeros_like(a))
         args = (cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), out)
-        if how == "numba_default":
-            kernel[2, 128](*args)
-        elif how == "package_lto":
-            with allow_lto_link():
+        with build_switches(how):
+            if how == "numba_default":
+                kernel[2, 128](*args)
+            else:
                 _registry.launch("probe.a_times_b_plus_c", kernel, 2, 128, 0, *args)
-        else:
-            _registry.launch("probe.a_times_b_plus_c", kernel, 2, 128, 0, *args)
         got = out.copy_to_host().view(np.uint32)
         found[how] = {"two_roundings": int(np.sum(got == two.view(np.uint32))),
                       "fused": int(np.sum(got == one.view(np.uint32))), "of": int(got.size),
-                      "ptx": listing(kernel, "asm"), "sass": listing(kernel, "sass")}
+                      "ptx": listing(kernel, "asm", how), "sass": listing(kernel, "sass", how)}
     return found
 
 

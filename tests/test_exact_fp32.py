@@ -80,7 +80,7 @@ def test_launch_keeps_two_roundings_on_the_device():
     assert got.tobytes() == two.tobytes(), (
         f"{int(np.sum(got.view(np.uint32) == one.view(np.uint32)))} of {got.size} elements "
         f"are the fused result: _registry.launch compiled with FMA contraction on (the "
-        f"launched kernel's PTX: {listing(kernel, 'asm')}; bench/fma_contraction_probe.py "
+        f"launched kernel's PTX: {listing(kernel, 'asm', 'package')}; bench/fma_contraction_probe.py "
         f"says more)")
 
 
