@@ -57,7 +57,8 @@ def _contract_off() -> bool:
 
 @contextlib.contextmanager
 def exact_fp32():
-    """Compile numba.cuda kernels inside this block with FMA contraction off."""
+    """Compile numba.cuda kernels inside this block with FMA contraction off: NVVM's ``-fma=0``
+    and a link from the PTX rather than through LTO (:func:`_install_lto_patch`)."""
     _state.depth = getattr(_state, "depth", 0) + 1
     try:
         yield

@@ -14,6 +14,11 @@ the kernels no longer keep the contract's operation order.
   result on inputs where the fused one differs (on the simulator too, which never fuses);
   on a GPU the same source launched outside it returns the fused result (the control:
   that GPU's default compile does contract; ``gpu``-marked).
+- Link (no GPU; the dispatcher's own compile and link, device lookups stubbed): under the
+  package's flags the cubin is linked from that PTX, not through nvJitLink's LTO (which
+  fuses the pair again: the cause of session 39's 256 fused elements), and its SASS
+  (nvdisasm, sm_90a) has FMUL + FADD where the LTO link and numba's default have one
+  FFMA; the switch is scoped to ``exact_fp32``.
 """
 import numpy as np
 import pytest
