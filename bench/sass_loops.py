@@ -4,12 +4,12 @@
 Compiles registered kernels (``--kernels``: names of the variants' KernelSpecs, first
 signature unless ``--sig``) under their variants' launch bounds, assembles them for sm_90
 with the ptxas of the ``cuda12`` extra (registers and spills from ``-v``), disassembles
-them with the ``nvdisasm`` given by ``--nvdisasm``, and reports each loop (a backward
-branch): its instructions, its FFMAs, the FFMA share of its issue slots and its opcode
+them with ``nvdisasm`` (``--nvdisasm``, by default the ``cuda12`` extra's), and reports each
+loop (a backward branch): its instructions, its FFMAs, the FFMA share of its issue slots and its opcode
 mix. The innermost loop with the most FFMAs is the kernel's hot loop, and the smallest
 loop around it shows what the hot loop's surroundings cost.
 
-    python3 bench/sass_loops.py --nvdisasm PATH [--kernels gdn_chunk_out_pipe,gdn_chunk_out_wide]
+    python3 bench/sass_loops.py [--nvdisasm PATH] [--kernels gdn_chunk_out_pipe,gdn_chunk_out_wide]
                                 [--out DIR]
 
 The default compares GDN's two streamed output kernels (the 4 x 8 and 8 x 8 tiles,
@@ -125,12 +125,19 @@ def sm90_sass(fn, sig, bounds, stem: Path, nvdisasm: str) -> tuple[str, int, int
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nvdisasm", required=True, help="path of an nvdisasm that reads sm_90")
+    ap.add_argument("--nvdisasm", default=None,
+                    help="path of an nvdisasm that reads sm_90 (default: the cuda12 extra's)")
     ap.add_argument("--kernels", default="gdn_chunk_out_pipe,gdn_chunk_out_wide",
                     help="comma-separated kernel names (as the PTX report prints them)")
     ap.add_argument("--sig", type=int, default=0, help="which of a kernel's signatures")
     ap.add_argument("--out", default="sass_loops")
     args = ap.parse_args(argv)
+    if args.nvdisasm is None:
+        from cuda import pathfinder
+
+        args.nvdisasm = pathfinder.find_nvidia_binary_utility("nvdisasm")
+        if args.nvdisasm is None:
+            ap.error("no nvdisasm found (install the cuda12 extra, or pass --nvdisasm PATH)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {}

@@ -2,6 +2,8 @@
 and phase-clock copies of the staged state passes (``chunked_split``, ``chunked_ws``,
 ``chunked_wsr``) must compute their variant's bytes exactly, the L2 copy-ceiling kernel must
 move exact bytes, and the phase-clock summary must read the right stamps."""
+import os
+
 import numpy as np
 import pytest
 
@@ -435,6 +437,27 @@ def test_sass_loops_finds_registered_kernels_by_name():
     assert specs["gdn_chunk_out_pipe"][2] == RP.OUT_LAUNCH_BOUNDS
     with pytest.raises(SystemExit, match="no_such_kernel"):
         S.kernel_specs(["gdn_chunk_out_wide", "no_such_kernel"], 0)
+
+
+def test_sass_loops_runs_with_the_extras_nvdisasm(tmp_path):
+    """bench/sass_loops.py end to end without ``--nvdisasm``: it finds the cuda12 extra's
+    nvdisasm, and the streamed output kernel's hot loop is its 64 FFMAs (a child process
+    with numba's real NVVM; skipped where there is none)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.nvvm_child import ROOT, child_json
+
+    child_json("print('NVVM' + json.dumps(1))", "NVVM")     # skips without libNVVM
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "sass_loops.py"),
+                           "--kernels", "gdn_chunk_out_pipe", "--out", str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads((tmp_path / "sass_loops.json").read_text())["gdn_chunk_out_pipe"]
+    assert report["registers"] > 0, report
+    assert report["hot_loop"]["mix"]["FFMA"] == report["hot_loop"]["ffma"] == 64, report
 
 
 def test_rec_loop_micro_column_halves_match_the_phases_in_turn():
