@@ -655,3 +655,19 @@ def test_attention_combine_ab_refuses_more_splits_than_the_batched_combine_takes
     with pytest.raises(ValueError, match=f"--attn-splits {S}"):
         main(["attn-combine", "--attn-splits", str(S), "--out", str(tmp_path)])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_attn_ab_rebuilds_give_the_registered_bytes():
+    """``profile_kernels.py``'s ``attn-ab`` mode rebuilds ``tiled_compact``'s split kernel with
+    other schedule options and compares its partial and lse with the registered kernel's
+    after sentinel fill; the rebuilds launch under ``exact_fp32`` like the registered one
+    (on a GPU a default build would contract ``a*b + c`` and never match). Same bits for a
+    schedule option and for the defaults spelt out; a tiny context (one page, two splits)."""
+    import argparse
+
+    from bench import profile_kernels as P
+
+    args = argparse.Namespace(attn_ab_variant="tiled_compact", attn_ctx=64, attn_splits=2,
+                              attn_options="score_steps=8;pv_pairs=1", rounds=1, reps=1, inner=1)
+    rows = P.mode_attn_ab(args)
+    assert [r["same_bytes"] for r in rows] == [True, True], rows
