@@ -56,14 +56,19 @@ def _contract_off() -> bool:
 
 
 @contextlib.contextmanager
-def exact_fp32():
-    """Compile numba.cuda kernels inside this block with FMA contraction off: NVVM's ``-fma=0``
-    and a link from the PTX rather than through LTO (:func:`_install_lto_patch`)."""
-    _state.depth = getattr(_state, "depth", 0) + 1
+def _nested(switch: str):
+    """Count this thread's entries into the block named ``switch`` (blocks nest)."""
+    setattr(_state, switch, getattr(_state, switch, 0) + 1)
     try:
         yield
     finally:
-        _state.depth -= 1
+        setattr(_state, switch, getattr(_state, switch) - 1)
+
+
+def exact_fp32():
+    """Compile numba.cuda kernels inside this block with FMA contraction off: NVVM's ``-fma=0``
+    and a link from the PTX rather than through LTO (:func:`_install_lto_patch`)."""
+    return _nested("depth")
 
 
 def _install_nvvm_patch() -> None:
@@ -93,16 +98,11 @@ def _lto_allowed() -> bool:
     return getattr(_state, "allow_lto", 0) > 0
 
 
-@contextlib.contextmanager
 def allow_lto_link():
     """Let kernels built inside this block link through LTO even under :func:`exact_fp32`:
     numba's default, which contracts ``a*b + c`` (see :func:`_install_lto_patch`). Only
     for the probe and the tests that show the cause; the package never enters it."""
-    _state.allow_lto = getattr(_state, "allow_lto", 0) + 1
-    try:
-        yield
-    finally:
-        _state.allow_lto -= 1
+    return _nested("allow_lto")
 
 
 def _install_lto_patch() -> None:
