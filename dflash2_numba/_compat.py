@@ -123,13 +123,14 @@ def _install_lto_patch() -> None:
     original = getattr(linker, "__init__", None)
     if original is None or getattr(original, "_dflash2_patched", False):
         return
-    if "lto" not in inspect.signature(original).parameters:
+    signature = inspect.signature(original)
+    if "lto" not in signature.parameters:
         raise ImportError("numba-cuda's _Linker takes no 'lto' argument: dflash2_numba cannot "
                           "keep FMA contraction off (see _compat._install_lto_patch)")
 
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
-        bound = inspect.signature(original).bind(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
         if _contract_off() and not _lto_allowed():
             bound.arguments["lto"] = False
         original(*bound.args, **bound.kwargs)

@@ -117,8 +117,8 @@ LINK_CHILD = r"""
     from numba import cuda, types
     from numba.cuda import codegen, dispatcher
     from numba.cuda.cudadrv import driver
-    from dflash2_numba._compat import allow_lto_link, exact_fp32, target_cc
-    from bench.fma_contraction_probe import FORMS, OPS, SASS_OPS, a_times_b_plus_c
+    from dflash2_numba._compat import target_cc
+    from bench.fma_contraction_probe import FORMS, OPS, SASS_OPS, a_times_b_plus_c, build_switches
 
     CC = (9, 0)
     device = pytypes.SimpleNamespace(compute_capability=CC)
@@ -140,18 +140,8 @@ LINK_CHILD = r"""
     for how in FORMS:
         kernel = cuda.jit(a_times_b_plus_c)
         sig = (types.float32[::1],) * 4
-        with target_cc(CC):
-            if how == "package":
-                with exact_fp32():
-                    library = kernel.compile(sig).library
-                    cubin = library.get_cubin(cc=CC + ("a",))
-            elif how == "package_lto":
-                with exact_fp32(), allow_lto_link():
-                    library = kernel.compile(sig).library
-                    cubin = library.get_cubin(cc=CC + ("a",))
-            else:
-                library = kernel.compile(sig).library
-                cubin = library.get_cubin(cc=CC + ("a",))
+        with target_cc(CC), build_switches(how):
+            cubin = kernel.compile(sig).library.get_cubin(cc=CC + ("a",))
         found[how] = dict(links[-1])
         if nvdisasm:
             with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
