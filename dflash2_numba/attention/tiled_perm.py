@@ -24,7 +24,9 @@ the registered ``tiled_compact`` kernel, ``bench/profile_kernels.py attn-ab``; R
 ``loop32`` were each slower alone and added nothing together with these; ``q_batch``,
 ``u_mul_first`` and ``loop32`` on top of these three were slower too (session 32). The
 whole 16-layer step (CUDA graph, H100, session 32): 12.19 ms at 261888 tokens with the
-batched combine, 12.57 ms with frozen's, in one run.
+batched combine, 12.57 ms with frozen's, in one run. Those were contracted builds (every GPU
+build before session 40 fused ``a*b + c``); built as the contract says, 12.49 ms on an H100
+(``bench/RESULTS.md``, "Validation, session 40").
 
 Below compute capability 8.0 the variant launches ``tiled_compact``'s sm_70 kernels (O
 updated after the tile's last barrier, u packed: 91,408 bytes at D = 256, inside a V100's

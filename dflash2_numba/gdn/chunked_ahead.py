@@ -19,7 +19,9 @@ are ``gdn_rec_state``'s code). Capture a call in a CUDA graph, as for chunked_ov
 
 Measured on the H200 (``bench/RESULTS.md``, GDN seventeenth round): 6.268 ms at T = 65536
 under graph replay against chunked_overlap's 6.405; alone the forms cut the compute phases
-by 17 %, beside the copy warps by 2 %.
+by 17 %, beside the copy warps by 2 %. Those were contracted builds (every GPU build before
+session 40 fused ``a*b + c``); built as the contract says, 6.453 ms on an H100 (fla 2.443 in
+the same run; ``bench/RESULTS.md``, "Validation, session 40").
 """
 from __future__ import annotations
 
