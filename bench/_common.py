@@ -719,3 +719,12 @@ def import_optional(name: str):
         return importlib.import_module(name), None
     except Exception as exc:  # noqa: BLE001
         return None, f"{type(exc).__name__}: {exc}"
+
+
+def input_sets(call_bytes: int, l2_bytes) -> int:
+    """How many input sets a timed call goes through in turn: one, unless one call's
+    inputs and outputs fit within twice the L2; then the fewest whose bytes together
+    exceed twice the L2 (each call then finds little of its data left there)."""
+    if not l2_bytes or call_bytes > 2 * l2_bytes:
+        return 1
+    return 2 * int(l2_bytes) // int(call_bytes) + 1

@@ -168,13 +168,7 @@ def cost_model(cfg, T):
     return {"flop": flop, "bytes": nbytes, "tokens": B * T}
 
 
-def input_sets(call_bytes: int, l2_bytes) -> int:
-    """How many input sets a length's timed calls go through in turn: one, unless one
-    call's inputs and outputs fit within twice the L2; then the fewest whose bytes together
-    exceed twice the L2 (each call then finds little of its data left there)."""
-    if not l2_bytes or call_bytes > 2 * l2_bytes:
-        return 1
-    return 2 * int(l2_bytes) // int(call_bytes) + 1
+input_sets = C.input_sets      # (a module name: the tests replace it here)
 
 
 def in_turn(fns):

@@ -144,3 +144,52 @@ def test_gdn_rotated_input_sets_run(bench, monkeypatch, tmp_path):
         assert len(rows) == 1, rows
     assert [r["input_sets"] for r in rows] == [2] * len(rows)
     assert not data["failures"]
+
+
+def test_attention_input_sets_read_disjoint_pages_and_time_per_sixteen_layers(
+        bench, monkeypatch, tmp_path):
+    """Where the layers' working set fits within twice the L2, bench/attention.py times every
+    call over several input sets: each layer's sets read disjoint runs of its cache pages
+    (rotated block tables; the caches grown to hold them), and a figure is the time of one
+    pass over all sets divided by their number (here every timed call says 6 ms over 3
+    sets: 2 ms per set of layers)."""
+    import json
+
+    import bench.attention as A
+
+    monkeypatch.setattr(A.C, "input_sets", lambda call_bytes, l2: 3)
+    made = []
+    real_layer = A.input_set_layer
+
+    def recording_layer(base, s, T, cfg, torch):
+        layer = real_layer(base, s, T, cfg, torch)
+        made.append((base.idx, s, base.n_pages, A.to_host(layer.bt)[0].copy()))
+        return layer
+
+    monkeypatch.setattr(A, "input_set_layer", recording_layer)
+    real_time = A.C.Clock.time_ms
+    trial_calls = []
+
+    def six_ms_per_call(self, fn, reps=1):
+        if getattr(fn, "__name__", "") == "eager":       # the variant's timed calls
+            trial_calls.append(fn)
+            fn()
+            return 6.0
+        return real_time(self, fn, reps)
+
+    monkeypatch.setattr(A.C.Clock, "time_ms", six_ms_per_call)
+    rc = A.main(["--smoke", "--out", str(tmp_path), "--variants", "frozen", "--trials", "1",
+                 "--contexts", "160", "--no-peers"])
+    data = json.loads((tmp_path / "attention.json").read_text())
+    assert rc == 0, data["failures"]
+    rows = [r for r in data["results"] if r["impl"] == "frozen"]
+    assert rows and [r["input_sets"] for r in rows] == [3] * len(rows), rows
+    assert trial_calls and all(r["ms_all"] == 2.0 for r in rows), rows
+    assert any("3 input sets" in n for n in data["notes"]), data["notes"]
+    npg = 160 // 16                                   # smoke page: 16 tokens
+    for idx in {m[0] for m in made}:
+        sets = sorted((s, bt[:npg]) for i, s, _, bt in made if i == idx)
+        assert [s for s, _ in sets] == [0, 1, 2]
+        assert all(n_pages >= 3 * npg for i, _, n_pages, _ in made if i == idx)
+        used = np.concatenate([pages for _, pages in sets])
+        assert len(set(used.tolist())) == 3 * npg     # disjoint runs of real pages

@@ -71,18 +71,21 @@ def test_attention_smoke(tmp_path):
 
 
 def test_attention_bench_notices_a_changed_block_table():
-    """The benchmark's integrity check: a layer whose block table changed on the device."""
+    """The benchmark's integrity check: a layer whose block table changed on the device,
+    named with its input set where it is not the first."""
     sys.path.insert(0, str(REPO))
     import numpy as np
     from numba import cuda
 
     from bench.attention import Layer, changed_block_tables
 
-    layers = [Layer(i, None, None, None, cuda.to_device(np.arange(4, dtype=np.int32)[None, :] + i),
-                    None, 4) for i in range(3)]
+    layers = [Layer(i % 3, None, None, None,
+                    cuda.to_device(np.arange(4, dtype=np.int32)[None, :] + i), None, 4,
+                    input_set=i // 3) for i in range(6)]
     assert changed_block_tables(layers) == []
     layers[1].bt[0, 2] = 99
-    assert changed_block_tables(layers) == [1]
+    layers[5].bt[0, 0] = 98
+    assert changed_block_tables(layers) == ["1", "2 (input set 1)"]
 
 
 def test_gdn_smoke(tmp_path):
