@@ -182,12 +182,11 @@ def make_layers(cfg, torch, rng, pages):
     return layers
 
 
-def set_count(cfg, T, l2) -> int:
-    """Input sets at context ``T`` (``C.input_sets`` of the layers' working set: K/V read
-    and the workspace written and read back)."""
+def working_set_bytes(cfg, T) -> int:
+    """The layers' working set at context ``T``: K/V read, the workspace written and read
+    back."""
     cm = cost_model(cfg, T)
-    return C.input_sets(cfg["layers"] * (cm["kv_bytes_per_layer"]
-                                         + cm["workspace_bytes_per_layer"]), l2)
+    return cfg["layers"] * (cm["kv_bytes_per_layer"] + cm["workspace_bytes_per_layer"])
 
 
 def pages_needed(cfg, contexts, sets) -> int:
@@ -434,7 +433,7 @@ def main(argv=None) -> int:
     scale = cfg["D"] ** -0.5
     rng = np.random.default_rng(args.seed)
 
-    sets_at = {T: set_count(cfg, T, l2) for T in contexts}
+    sets_at = {T: C.input_sets(working_set_bytes(cfg, T), l2) for T in contexts}
     C.log(f"allocating {cfg['layers']} layers for context {max(contexts)}")
     layers = make_layers(cfg, torch, rng, pages_needed(cfg, contexts, sets_at))
     kv_total = sum(2 * L.n_pages * cfg["page"] * cfg["Hkv"] * cfg["D"] for L in layers)
@@ -452,7 +451,7 @@ def main(argv=None) -> int:
             skipped.append(T)
             continue
         cm = cost_model(cfg, T)
-        ws_bytes = cfg["layers"] * (cm["kv_bytes_per_layer"] + cm["workspace_bytes_per_layer"])
+        ws_bytes = working_set_bytes(cfg, T)
         n_sets = sets_at[T]
         l2_resident = False
         if n_sets > 1:
@@ -467,6 +466,10 @@ def main(argv=None) -> int:
         for L in layers:
             L.seq_lens[T] = device_int32(torch, [T])
         timed = [input_set_layer(L, s, T, cfg, torch) for s in range(n_sets) for L in layers]
+
+        def per_set_ms(fn, reps, n_sets=n_sets):
+            """Milliseconds per set of layers: ``reps`` passes over every input set, divided."""
+            return clock.time_ms(fn, reps) / n_sets
         C.log(f"context {T}: {cm['active_splits']} active splits, "
               f"{ws_bytes / 1e6:.1f} MB working set")
 
@@ -518,7 +521,7 @@ def main(argv=None) -> int:
                 reps = (1 if C.SIMULATOR
                         else C.choose_reps(est, args.target_ms, min_reps=MIN_REPS))
                 items[f"{v}/eager"] = (lambda eager=eager, reps=reps:
-                                       clock.time_ms(eager, reps) / n_sets)
+                                       per_set_ms(eager, reps))
                 labels[f"{v}/eager"] = (v, "variant", "eager", reps)
             if use_graphs:
                 try:
@@ -533,7 +536,7 @@ def main(argv=None) -> int:
                     est_g = clock.time_ms(g.replay, 1)
                     reps = C.choose_reps(est_g, args.target_ms, min_reps=MIN_REPS)
                     items[f"{v}/graph"] = (lambda g=g, reps=reps:
-                                           clock.time_ms(g.replay, reps) / n_sets)
+                                           per_set_ms(g.replay, reps))
                     labels[f"{v}/graph"] = (v, "variant", "graph", reps)
                 except Exception as exc:  # noqa: BLE001
                     msg = (str(exc) if isinstance(exc, GraphMismatch) else
@@ -547,7 +550,7 @@ def main(argv=None) -> int:
                         reps = 1 if C.SIMULATOR else C.choose_reps(est, args.target_ms,
                                                                    min_reps=MIN_REPS)
                         items[f"{v}/eager"] = (lambda eager=eager, reps=reps:
-                                               clock.time_ms(eager, reps) / n_sets)
+                                               per_set_ms(eager, reps))
                         labels[f"{v}/eager"] = (v, "variant", "eager", reps)
                     _recover_torch(torch)
 
@@ -599,7 +602,7 @@ def main(argv=None) -> int:
                     est_g = clock.time_ms(g.replay, 1)
                     reps = C.choose_reps(est_g, args.target_ms, min_reps=MIN_REPS)
                     items[f"{name}/graph"] = (lambda g=g, reps=reps:
-                                              clock.time_ms(g.replay, reps) / n_sets)
+                                              per_set_ms(g.replay, reps))
                     labels[f"{name}/graph"] = (name, "peer", "graph", reps)
                     mode = "graph"
                 except Exception as exc:  # noqa: BLE001
@@ -611,7 +614,7 @@ def main(argv=None) -> int:
                 reps = C.choose_reps(est, args.target_ms, min_reps=MIN_REPS)
                 if mode == "eager" or not args.no_eager:
                     items[f"{name}/eager"] = (lambda run_inf=run_inf, reps=reps:
-                                              clock.time_ms(run_inf, reps) / n_sets)
+                                              per_set_ms(run_inf, reps))
                     labels[f"{name}/eager"] = (name, "peer", "eager", reps)
                 info["modes"][str(T)] = mode
 
