@@ -440,23 +440,19 @@ def attn_flag_options(target):
 def _ab_split_launch(target, plan, opts):
     """(launcher, threads) of ``target``'s split kernel (``tiled_compact`` or ``tiled_wide``)
     built with generator options ``opts`` for ``plan``."""
-    from dflash2_numba._compat import exact_fp32, jit_bounded
+    from dflash2_numba._compat import jit_bounded
     from dflash2_numba.attention import tiled_compact as TC
     from dflash2_numba.attention import tiled_wide as TW
 
+    # (``dyn`` is a DynShared: built under exact_fp32 like the registered kernel, whose bytes
+    # mode_attn_ab compares)
     if target == "tiled_wide":
         kern = jit_bounded(TW._make_split_kernel(True, **opts), TW.LAUNCH_BOUNDS)
         _, dyn, grid, kargs = TW.split_launch(plan, {True: kern}, options=opts)
-        nt = TW.NT
-    else:
-        kern = cuda.jit(TC._make_split_kernel(256, True, **opts))
-        _, dyn, grid, kargs = TC.split_launch(plan, {(256, True): kern}, options=opts)
-        nt = TC.NT
-
-    def go():
-        with exact_fp32():      # built as the registered kernel is: its bytes are compared
-            dyn[grid, nt, 0](*kargs)
-    return go, nt
+        return (lambda: dyn[grid, TW.NT, 0](*kargs)), TW.NT
+    kern = cuda.jit(TC._make_split_kernel(256, True, **opts))
+    _, dyn, grid, kargs = TC.split_launch(plan, {(256, True): kern}, options=opts)
+    return (lambda: dyn[grid, TC.NT, 0](*kargs)), TC.NT
 
 
 def mode_attn_ab(args):

@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 from numba import types  # noqa: E402
 
 import dflash2_numba  # noqa: E402,F401  (numpy shim before numba)
-from dflash2_numba._compat import cuda, exact_fp32, jit_bounded  # noqa: E402
+from dflash2_numba._compat import cuda, jit_bounded  # noqa: E402
 from dflash2_numba.gdn._common import C  # noqa: E402
 from dflash2_numba.gdn._split_ops import _dev  # noqa: E402
 from dflash2_numba.gdn._split_state_ahead import (rec_state_half_ahead,  # noqa: E402
@@ -192,8 +192,7 @@ def run_concurrent(t1: int, t2: int, K: int = 128, reps: int = 64, blocks: int =
     args = (sink, cycles, np.int32(K), np.int32(t1), np.int32(K // r2 if r2 else 0),
             np.int32(reps))
     for _ in range(2):
-        with exact_fp32():                       # (built as the package builds its kernels)
-            kern[blocks, comp, 0](*args)
+        kern[blocks, comp, 0](*args)
         cuda.synchronize()
     x = cycles.copy_to_host()[:, :, 0].astype(np.float64) / reps
     name = f"{'ab' if halves else 'conc'}{t1}+{t2}" + (f"x{r2}" if r2 else "")
@@ -228,11 +227,10 @@ def run_config(comp: int, r1: int, r2: int, K: int = 128, reps: int = 64, blocks
     sink = cuda.to_device(np.zeros(blocks * rec_floats(K), np.float32))
     kern = DynShared(micro_kernel(comp), 4 * rec_floats(K))
     args = (sink, cycles, np.int32(K), np.int32(n1), np.int32(nq), np.int32(reps))
-    with exact_fp32():                           # (built as the package builds its kernels)
-        kern[blocks, comp, 0](*args)             # (warm-up: compile, shared-memory limit)
-        cuda.synchronize()
-        kern[blocks, comp, 0](*args)
-        cuda.synchronize()
+    kern[blocks, comp, 0](*args)                 # (warm-up: compile, shared-memory limit)
+    cuda.synchronize()
+    kern[blocks, comp, 0](*args)
+    cuda.synchronize()
     return cycles.copy_to_host(), sink.copy_to_host()
 
 

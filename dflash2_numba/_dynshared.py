@@ -6,7 +6,7 @@ shared memory while its CTAs run: CTAs of different kernels share an SM only und
 carveout that holds all of them)."""
 from __future__ import annotations
 
-from ._compat import EMULATE_CC_ENV, SIMULATOR, emulated_cc
+from ._compat import EMULATE_CC_ENV, SIMULATOR, emulated_cc, exact_fp32
 from ._registry import UnsupportedShape
 
 # Shared memory by compute capability (CUDA programming guide, "Technical Specifications"):
@@ -43,7 +43,9 @@ class DynShared:
     """``kernel[grid, block, stream]`` -> the same launch with ``nbytes`` of dynamic shared
     memory; on a GPU it first raises the kernel's dynamic shared-memory limit when ``nbytes``
     exceeds the default 48 KB, and sets the preferred carveout when one is given, once per
-    compiled overload and attribute.
+    compiled overload and attribute. The launch (and any compilation it causes) runs under
+    :func:`._compat.exact_fp32`, as ``_registry.launch``'s do, so a script launching a
+    package kernel through it gets the package's arithmetic.
 
     Host cost: finding the overload means typing every argument (numba's ``typeof``, about
     as much host time as the launch's own dispatch). An instance remembers the argument
@@ -82,9 +84,10 @@ class DynShared:
         cfgd = self.kernel[grid, block, stream, self.nbytes]
 
         def go(*args):
-            if self._needs_attributes():
-                self.prepare(args)
-            cfgd(*args)
+            with exact_fp32():
+                if self._needs_attributes():
+                    self.prepare(args)
+                cfgd(*args)
         return go
 
 
@@ -116,11 +119,14 @@ def _set_attribute(kernel, argtypes, name: str, value: int) -> None:
 
 def _driver_set(kernel, argtypes, name: str, value: int) -> None:
     """``cuKernelSetAttribute(name, value)`` on the overload (compiled here if it is not
-    yet)."""
+    yet, under :func:`._compat.exact_fp32`: numba keeps one build per signature, so a build
+    made here without it would be what every later launch of that signature runs, e.g.
+    after :func:`set_carveout` in a probe)."""
+    with exact_fp32():
+        compiled = kernel.compile(argtypes)
+        cufunc = compiled._codelibrary.get_cufunc()
     from numba.cuda.cudadrv.driver import binding, driver
 
-    compiled = kernel.compile(argtypes)
-    cufunc = compiled._codelibrary.get_cufunc()
     attr = getattr(binding.CUfunction_attribute, name)
     driver.cuKernelSetAttribute(attr, value, cufunc.handle, cufunc.device.id)
 

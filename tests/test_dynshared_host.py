@@ -129,3 +129,37 @@ def test_attribute_memory_is_per_kernel_object(gpu_path):
     assert [c[0] for c in gpu_path] == [k1, k2]
     kernels = [key[0] for key in DS._attr_state.values]
     assert any(k is k1 for k in kernels) and any(k is k2 for k in kernels)
+
+
+def test_launch_and_attribute_compile_run_under_exact_fp32(monkeypatch):
+    """DynShared's launch, and the overload compile ``_driver_set`` makes (also for a probe's
+    ``set_carveout`` outside any launch), run under ``exact_fp32``: numba keeps one build per
+    signature, so a build made without it would be what every later launch runs."""
+    from dflash2_numba import _compat
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    class RecordingKernel(FakeKernel):
+        def __getitem__(self, cfg):
+            def launch(*args):
+                seen.append(("launch", _compat._contract_off()))
+            return launch
+
+        def compile(self, argtypes):
+            seen.append(("compile", _compat._contract_off()))
+            raise Stop     # (no driver here: the test ends at the compile)
+
+    monkeypatch.setattr(DS, "SIMULATOR", False)
+    monkeypatch.setattr(DS, "_attr_state", DS._AttributeState())
+    k = RecordingKernel()
+    with pytest.raises(Stop):
+        DS.set_carveout(k, (np.zeros(2, np.float32),), 100)
+    with pytest.raises(Stop):
+        DS.DynShared(k, 64 * 1024)[1, 32, 0](np.zeros(2, np.float32))
+    monkeypatch.setattr(DS, "SIMULATOR", True)      # no attributes: straight to the launch
+    DS.DynShared(k, 64 * 1024)[1, 32, 0](np.zeros(2, np.float32))
+    assert seen == [("compile", True), ("compile", True), ("launch", True)], seen
+    assert not _compat._contract_off()
