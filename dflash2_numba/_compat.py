@@ -13,7 +13,9 @@ FP32-exactness switches every kernel of this package is compiled and simulated w
    ``cuda.fma`` calls still become ``fma.rn.f32``. The switch is scoped: only
    compilations inside :func:`exact_fp32` see it, other numba users are untouched.
    Inside it a kernel is also linked from that PTX rather than through nvJitLink's LTO,
-   whose code generation fuses the pair again (:func:`_install_lto_patch`).
+   whose code generation fuses the pair again (:func:`_install_lto_patch`). Every kernel
+   of this package is built inside the block wherever it is compiled
+   (:func:`_install_exact_build_patch`).
 3. Under the CUDA simulator, :mod:`._simulator` makes ``cuda.fma`` a correctly
    rounded FP32 fused multiply-add (the simulator's is ``a*b + c``, two roundings)
    and speeds up thread-block execution.
@@ -139,6 +141,75 @@ def _install_lto_patch() -> None:
     linker.__init__ = __init__
 
 
+PACKAGE = __name__.rpartition(".")[0]
+
+
+def builds_exact(py_func) -> bool:
+    """Whether a kernel of ``py_func`` is always built with :func:`exact_fp32`'s switches:
+    every kernel whose Python function lives in this package (``__module__`` is the package
+    or one of its modules), wherever and however it is compiled."""
+    module = getattr(py_func, "__module__", None) or ""
+    return module == PACKAGE or module.startswith(PACKAGE + ".")
+
+
+# The code-generation steps of a kernel's code library that compile its IR with NVVM or
+# link it: each runs again, lazily, for a capability not built before.
+_LIBRARY_STEPS = ("get_asm_strs", "get_ltoir", "get_lto_ptx", "get_cubin")
+
+
+def _install_exact_build_patch() -> None:
+    """Every package kernel is built under :func:`exact_fp32`, inside the block or not.
+
+    The block's switches are per thread, and numba keeps one build per signature: without
+    this, the first compile of a package kernel outside the block (a user's direct launch of
+    a module-level dispatcher, ``inspect_asm`` / ``inspect_sass`` of a signature not yet
+    built, an attribute query) would cache a contracted build that every later launch,
+    inside the block or not, would run. So ``CUDADispatcher.compile`` enters the block for a
+    package kernel (:func:`builds_exact`) and marks the kernel's code library, and the
+    library's later code generation for another capability (``inspect_asm`` asks for the
+    device's capability without the ``a`` suffix a launch builds for) enters it again.
+    :func:`allow_lto_link` still applies inside. Other numba users' kernels are untouched."""
+    if SIMULATOR:
+        return
+    from numba.cuda import codegen, dispatcher
+
+    compile_ = dispatcher.CUDADispatcher.compile
+    if getattr(compile_, "_dflash2_patched", False):
+        return
+
+    @functools.wraps(compile_)
+    def compile(self, sig):
+        if not builds_exact(self.py_func):
+            return compile_(self, sig)
+        with exact_fp32():
+            kernel = compile_(self, sig)
+        library = getattr(kernel, "_codelibrary", None)
+        if library is not None:
+            library._dflash2_exact = True
+        return kernel
+
+    compile._dflash2_patched = True  # type: ignore[attr-defined]
+    dispatcher.CUDADispatcher.compile = compile
+
+    def exact_step(step):
+        @functools.wraps(step)
+        def run(self, *args, **kwargs):
+            if not getattr(self, "_dflash2_exact", False):
+                return step(self, *args, **kwargs)
+            with exact_fp32():
+                return step(self, *args, **kwargs)
+
+        return run
+
+    for name in _LIBRARY_STEPS:
+        step = getattr(codegen.CUDACodeLibrary, name, None)
+        if step is None:
+            raise ImportError(f"numba-cuda's CUDACodeLibrary has no {name}: dflash2_numba "
+                              "cannot keep its kernels' FMA contraction off "
+                              "(see _compat._install_exact_build_patch)")
+        setattr(codegen.CUDACodeLibrary, name, exact_step(step))
+
+
 def fma32_exact(a, b, c):
     """Correctly rounded float32 fma(a, b, c) on the host (used by the simulator).
 
@@ -188,6 +259,7 @@ _F32_OVERFLOW_MID = 2.0 ** 128 - 2.0 ** 103         # rounds to inf (ties to eve
 
 _install_nvvm_patch()
 _install_lto_patch()
+_install_exact_build_patch()
 if SIMULATOR:
     from . import _simulator
 

@@ -116,7 +116,7 @@ def _source(batch=BATCH):
 
 def _make_kernel(batch=BATCH):
     """The combine kernel's Python function (not yet jitted)."""
-    ns = dict(cuda=cuda, np=np, math=math, F32_ZERO=F32_ZERO,
+    ns = dict(__name__=__name__, cuda=cuda, np=np, math=math, F32_ZERO=F32_ZERO,
               F32_ONE=F32_ONE, NEG_INF=NEG_INF, LIVE_M_THRESHOLD=LIVE_M_THRESHOLD,
               EXP_CLAMP=EXP_CLAMP, row_length=row_length, request_keys=request_keys,
               active_split_count=active_split_count)
