@@ -21,13 +21,14 @@ with ``a*b + c`` contracted, and every later launch ran it.
 """
 import importlib
 import pkgutil
+import textwrap
 
 import pytest
 
 import dflash2_numba
 from dflash2_numba import _registry
 from dflash2_numba._compat import builds_exact
-from tests.nvvm_child import child_json
+from tests.nvvm_child import OFFLINE_BUILD_PREAMBLE, child_json
 
 
 def test_every_registered_kernel_is_the_packages():
@@ -77,43 +78,14 @@ def test_the_rule_is_the_module_name():
         assert builds_exact(f) is expected, module
 
 
-BUILD_CHILD = r"""
-    import subprocess, tempfile, types as pytypes
-    from cuda import pathfinder
+BUILD_CHILD = OFFLINE_BUILD_PREAMBLE + textwrap.dedent(r"""
     from numba import cuda, types
-    from numba.cuda import codegen, dispatcher
-    from numba.cuda.cudadrv import driver
     from dflash2_numba import _registry
     from dflash2_numba._compat import compile_ptx_cc, target_cc
-    from bench.fma_contraction_probe import OPS, SASS_OPS, a_times_b_plus_c
-
-    CC = (9, 0)
-    device = pytypes.SimpleNamespace(compute_capability=CC)
-    codegen.devices.get_context = lambda *a: pytypes.SimpleNamespace(device=device)
-    dispatcher._Kernel.bind = lambda self: None
-    links = []
-    complete = driver._Linker.complete
-
-    def recording_complete(self):
-        links.append({"lto": bool(self.lto),
-                      "objects": sorted(o.code_type for o in self._object_codes)})
-        return complete(self)
-
-    driver._Linker.complete = recording_complete
-    nvdisasm = pathfinder.find_nvidia_binary_utility("nvdisasm")
+    from bench.fma_contraction_probe import a_times_b_plus_c
 
     def ops(ptx):
         return {op: ptx.count(op) for op in OPS}
-
-    def sass_ops(cubin):
-        if not nvdisasm:
-            return None
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(bytes(cubin.code))
-            f.flush()
-            sass = subprocess.run([nvdisasm, f.name], capture_output=True, text=True,
-                                  check=True).stdout
-        return {op: sass.count(op) for op in SASS_OPS}
 
     def copy_in(fn, module):
         new = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__,
@@ -129,7 +101,9 @@ BUILD_CHILD = r"""
         with target_cc(CC):                      # no exact_fp32 here
             built = kernel.compile(sig)
             cubin = built.library.get_cubin(cc=CC + ("a",))
-            found[how] = {"link": links[-1], "sass": sass_ops(cubin),
+            link = links[-1]
+            found[how] = {"link": {"lto": link["lto"], "objects": link["objects"]},
+                          "sass": sass_ops(cubin),
                           "ptx_other_cc": ops(built.library.get_asm_str(cc=(8, 0)))}
 
     # a real registered kernel (frozen's split kernel), built outside the block and by the
@@ -146,7 +120,7 @@ BUILD_CHILD = r"""
                      "exact": ops(compile_ptx_cc(spec.pyfunc, rsig, cc=CC)[0]),
                      "outside": ops(outside_ptx)}
     print("BUILD" + json.dumps(found))
-"""
+""")
 
 
 def test_a_package_kernel_built_outside_the_block_keeps_two_roundings():

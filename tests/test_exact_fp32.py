@@ -26,7 +26,7 @@ import pytest
 from dflash2_numba import _registry
 from bench.fma_contraction_probe import FORMS, a_times_b_plus_c, fusing_inputs, listing, probe
 from dflash2_numba._compat import SIMULATOR, cuda
-from tests.nvvm_child import child_json
+from tests.nvvm_child import OFFLINE_BUILD_PREAMBLE, child_json
 
 CHILD = r"""
     from numba import cuda, types
@@ -109,48 +109,23 @@ def test_fma_probe_runs_and_the_simulator_never_fuses():
         assert "unavailable" in found[how]["ptx"], found
 
 
-# The dispatcher's own build and link, as a launch does it, without a GPU: numba's device
-# lookups answer with CC and the cubin is not loaded (nothing to load it onto).
-LINK_CHILD = r"""
-    import subprocess, tempfile, types as pytypes
-    from cuda import pathfinder
-    from numba import cuda, types
-    from numba.cuda import codegen, dispatcher
-    from numba.cuda.cudadrv import driver
-    from dflash2_numba._compat import target_cc
-    from bench.fma_contraction_probe import FORMS, OPS, SASS_OPS, a_times_b_plus_c, build_switches
+# The dispatcher's own build and link, as a launch does it, without a GPU
+# (``OFFLINE_BUILD_PREAMBLE``).
+LINK_CHILD = OFFLINE_BUILD_PREAMBLE + r"""
+from numba import cuda, types
+from dflash2_numba._compat import target_cc
+from bench.fma_contraction_probe import FORMS, a_times_b_plus_c, build_switches
 
-    CC = (9, 0)
-    device = pytypes.SimpleNamespace(compute_capability=CC)
-    codegen.devices.get_context = lambda *a: pytypes.SimpleNamespace(device=device)
-    dispatcher._Kernel.bind = lambda self: None
-    links = []
-    complete = driver._Linker.complete
-
-    def recording_complete(self):
-        ptx = [o.code.decode() for o in self._object_codes if o.code_type == "ptx"]
-        links.append({"lto": bool(self.lto),
-                      "objects": sorted(o.code_type for o in self._object_codes),
-                      "ptx": {op: sum(p.count(op) for p in ptx) for op in OPS}})
-        return complete(self)
-
-    driver._Linker.complete = recording_complete
-    nvdisasm = pathfinder.find_nvidia_binary_utility("nvdisasm")
-    found = {"nvdisasm": nvdisasm}
-    for how in FORMS:
-        kernel = cuda.jit(a_times_b_plus_c)
-        sig = (types.float32[::1],) * 4
-        with target_cc(CC), build_switches(how):
-            cubin = kernel.compile(sig).library.get_cubin(cc=CC + ("a",))
-        found[how] = dict(links[-1])
-        if nvdisasm:
-            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-                f.write(bytes(cubin.code))
-                f.flush()
-                sass = subprocess.run([nvdisasm, f.name], capture_output=True, text=True,
-                                      check=True).stdout
-            found[how]["sass"] = {op: sass.count(op) for op in SASS_OPS}
-    print("LINK" + json.dumps(found))
+found = {"nvdisasm": nvdisasm}
+for how in FORMS:
+    kernel = cuda.jit(a_times_b_plus_c)
+    sig = (types.float32[::1],) * 4
+    with target_cc(CC), build_switches(how):
+        cubin = kernel.compile(sig).library.get_cubin(cc=CC + ("a",))
+    found[how] = dict(links[-1])
+    if nvdisasm:
+        found[how]["sass"] = sass_ops(cubin)
+print("LINK" + json.dumps(found))
 """
 
 
