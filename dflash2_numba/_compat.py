@@ -152,23 +152,25 @@ def builds_exact(py_func) -> bool:
     return module == PACKAGE or module.startswith(PACKAGE + ".")
 
 
-# The code-generation steps of a kernel's code library that compile its IR with NVVM or
-# link it: each runs again, lazily, for a capability not built before.
-_LIBRARY_STEPS = ("get_asm_strs", "get_ltoir", "get_lto_ptx", "get_cubin")
-
-
 def _install_exact_build_patch() -> None:
-    """Every package kernel is built under :func:`exact_fp32`, inside the block or not.
+    """Every package kernel is built with :func:`exact_fp32`'s switches, inside the block or
+    not.
 
     The block's switches are per thread, and numba keeps one build per signature: without
     this, the first compile of a package kernel outside the block (a user's direct launch of
     a module-level dispatcher, ``inspect_asm`` / ``inspect_sass`` of a signature not yet
-    built, an attribute query) would cache a contracted build that every later launch,
-    inside the block or not, would run. So ``CUDADispatcher.compile`` enters the block for a
-    package kernel (:func:`builds_exact`) and marks the kernel's code library, and the
-    library's later code generation for another capability (``inspect_asm`` asks for the
-    device's capability without the ``a`` suffix a launch builds for) enters it again.
-    :func:`allow_lto_link` still applies inside. Other numba users' kernels are untouched."""
+    built) would cache a contracted build that every later launch, inside the block or not,
+    would run. So ``CUDADispatcher.compile``, for a package kernel (:func:`builds_exact`):
+
+    - sets the kernel's ``lto`` option (``cuda.jit``'s own) to False: its cubin is always
+      linked from its PTX, and numba never asks for an LTO link of it (``inspect_lto_ptx``
+      says LTO is off; ``NUMBA_DUMP_ASSEMBLY`` prints its PTX);
+    - compiles inside the block (NVVM's ``-fma=0``) and marks the kernel's code library,
+      whose later PTX for another capability (``inspect_asm`` asks for the device's
+      capability without the ``a`` suffix a launch builds for) is compiled inside it again.
+
+    Other numba users' kernels are untouched; :func:`allow_lto_link` does not apply to the
+    package's kernels."""
     if SIMULATOR:
         return
     from numba.cuda import codegen, dispatcher
@@ -176,11 +178,13 @@ def _install_exact_build_patch() -> None:
     compile_ = dispatcher.CUDADispatcher.compile
     if getattr(compile_, "_dflash2_patched", False):
         return
+    ptx_step = codegen.CUDACodeLibrary.get_asm_strs
 
     @functools.wraps(compile_)
     def compile(self, sig):
         if not builds_exact(self.py_func):
             return compile_(self, sig)
+        self.targetoptions["lto"] = False
         with exact_fp32():
             kernel = compile_(self, sig)
         library = getattr(kernel, "_codelibrary", None)
@@ -188,26 +192,16 @@ def _install_exact_build_patch() -> None:
             library._dflash2_exact = True
         return kernel
 
+    @functools.wraps(ptx_step)
+    def get_asm_strs(self, *args, **kwargs):
+        if not getattr(self, "_dflash2_exact", False):
+            return ptx_step(self, *args, **kwargs)
+        with exact_fp32():
+            return ptx_step(self, *args, **kwargs)
+
     compile._dflash2_patched = True  # type: ignore[attr-defined]
     dispatcher.CUDADispatcher.compile = compile
-
-    def exact_step(step):
-        @functools.wraps(step)
-        def run(self, *args, **kwargs):
-            if not getattr(self, "_dflash2_exact", False):
-                return step(self, *args, **kwargs)
-            with exact_fp32():
-                return step(self, *args, **kwargs)
-
-        return run
-
-    for name in _LIBRARY_STEPS:
-        step = getattr(codegen.CUDACodeLibrary, name, None)
-        if step is None:
-            raise ImportError(f"numba-cuda's CUDACodeLibrary has no {name}: dflash2_numba "
-                              "cannot keep its kernels' FMA contraction off "
-                              "(see _compat._install_exact_build_patch)")
-        setattr(codegen.CUDACodeLibrary, name, exact_step(step))
+    codegen.CUDACodeLibrary.get_asm_strs = get_asm_strs
 
 
 def fma32_exact(a, b, c):

@@ -11,9 +11,10 @@ with ``a*b + c`` contracted, and every later launch ran it.
   kernel built from generated source keeps its module's name (the batched combine's did
   not).
 - The build (no GPU; the dispatcher's own compile and link, device lookups stubbed): a
-  kernel of the package compiled outside any switch is linked from PTX with ``mul.rn`` +
-  ``add.rn`` and its SASS (nvdisasm, sm_90a) has FMUL + FADD; its PTX for another capability,
-  generated later and lazily (as ``inspect_asm`` does), keeps the two roundings too; the
+  kernel of the package compiled outside any switch has LTO off (so numba's assembly dump
+  works for it), is linked from PTX with ``mul.rn`` + ``add.rn``, and its SASS (nvdisasm,
+  sm_90a) has FMUL + FADD; its PTX for another capability, generated later and lazily (as
+  ``inspect_asm`` does), keeps the two roundings too; the
   same source outside the package gets numba's default (LTO link, one FFMA: the control);
   a real registered kernel (frozen's split kernel) built outside the block has the exact
   build's PTX operations, where numba's default leaves its multiplies and adds without a
@@ -106,6 +107,20 @@ BUILD_CHILD = OFFLINE_BUILD_PREAMBLE + textwrap.dedent(r"""
                           "sass": sass_ops(cubin),
                           "ptx_other_cc": ops(built.library.get_asm_str(cc=(8, 0)))}
 
+    # numba's assembly dump, which shows an LTO-linked kernel's PTX after LTO, inside its
+    # cubin link: a package kernel has LTO off, so it shows the PTX
+    from numba.cuda.core import config as numba_config
+    numba_config.DUMP_ASSEMBLY = True
+    try:
+        kernel = cuda.jit(copy_in(a_times_b_plus_c, "dflash2_numba.exact_build_check"))
+        with target_cc(CC):
+            kernel.compile(sig).library.get_cubin(cc=CC + ("a",))
+        found["dump_assembly"] = "built"
+    except Exception as exc:
+        found["dump_assembly"] = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        numba_config.DUMP_ASSEMBLY = False
+
     # a real registered kernel (frozen's split kernel), built outside the block and by the
     # PTX report's exact compile, at the same capability
     spec = next(s for f, v, s in _registry.all_kernel_specs()
@@ -127,6 +142,7 @@ def test_a_package_kernel_built_outside_the_block_keeps_two_roundings():
     found = child_json(BUILD_CHILD, "BUILD", timeout=900)
     package, outside, real = found["package"], found["outside"], found["real"]
     assert package["link"] == {"lto": False, "objects": ["ptx"]}, found
+    assert found["dump_assembly"] == "built", found
     assert package["ptx_other_cc"]["mul.rn.f32"] == 1, found
     assert package["ptx_other_cc"]["add.rn.f32"] == 1, found
     assert package["ptx_other_cc"]["fma.rn.f32"] == 0, found
