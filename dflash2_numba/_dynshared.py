@@ -44,8 +44,9 @@ class DynShared:
     memory; on a GPU it first raises the kernel's dynamic shared-memory limit when ``nbytes``
     exceeds the default 48 KB, and sets the preferred carveout when one is given, once per
     compiled overload and attribute. The launch (and any compilation it causes) runs under
-    :func:`._compat.exact_fp32`, as ``_registry.launch``'s do, so a script launching a
-    package kernel through it gets the package's arithmetic.
+    :func:`._compat.exact_fp32`, as ``_registry.launch``'s do, so a script's own kernel
+    launched through it (a benchmark's micro kernel) gets the package's arithmetic; the
+    package's kernels get it wherever they are built (``_compat._install_exact_build_patch``).
 
     Host cost: finding the overload means typing every argument (numba's ``typeof``, about
     as much host time as the launch's own dispatch). An instance remembers the argument
@@ -120,8 +121,8 @@ def _set_attribute(kernel, argtypes, name: str, value: int) -> None:
 def _driver_set(kernel, argtypes, name: str, value: int) -> None:
     """``cuKernelSetAttribute(name, value)`` on the overload (compiled here if it is not
     yet, under :func:`._compat.exact_fp32`: numba keeps one build per signature, so a build
-    made here without it would be what every later launch of that signature runs, e.g.
-    after :func:`set_carveout` in a probe)."""
+    of a script's own kernel made here without it would be what every later launch of that
+    signature runs, e.g. after :func:`set_carveout` in a probe)."""
     with exact_fp32():
         compiled = kernel.compile(argtypes)
         cufunc = compiled._codelibrary.get_cufunc()
