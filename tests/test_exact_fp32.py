@@ -122,9 +122,7 @@ for how in FORMS:
     sig = (types.float32[::1],) * 4
     with target_cc(CC), build_switches(how):
         cubin = kernel.compile(sig).library.get_cubin(cc=CC + ("a",))
-    found[how] = dict(links[-1])
-    if nvdisasm:
-        found[how]["sass"] = sass_ops(cubin)
+    found[how] = dict(links[-1], sass=sass_ops(cubin))
 print("LINK" + json.dumps(found))
 """
 
