@@ -320,6 +320,10 @@ def test_quick_screen_command_passes(tmp_path):
                           capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "failed" in proc.stdout and " 0 failed" in proc.stdout
+    # the command screens its cases in one process per core it may use (--jobs' default)
+    from dflash2_numba.screen.parallel import default_jobs
+
+    assert (f"{default_jobs(True)} worker processes" in proc.stdout) == (default_jobs(True) > 1)
     assert (tmp_path / "q.png").stat().st_size > 1000
     import json
 
@@ -369,6 +373,8 @@ def test_screen_under_an_emulated_capability_says_so_and_records_it(monkeypatch,
     (["attention", "--contexts", ","], "--contexts"),
     (["gdn", "--contexts", "-5"], "--contexts"),
     (["attention", "--contexts", "0"], "--contexts"),
+    (["attention", "--jobs", "0"], "--jobs"),
+    (["attention", "--jobs", "two"], "--jobs"),
     (["attention", "--json", "/nonexistent_dir/x.json"], "--json"),
     (["attention", "--plot", "/nonexistent_dir/x.png"], "--plot"),
 ])
@@ -404,3 +410,57 @@ def test_screen_variants_split_across_families_under_all(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert rc == 0
     assert {(r["family"], r["variant"]) for r in rows} >= {("attention", "frozen"), ("gdn", "serial")}
+
+
+def test_jobs_give_the_rows_of_one_process(tmp_path, capsys):
+    """``--jobs 2``: the cases of both families screened in two spawned processes give the
+    rows, in the same order, of the same run in this process."""
+    import json
+
+    argv = ["--contexts", "40", "--variants", "frozen,serial"]
+    assert screen_main(argv + ["--jobs", "1", "--json", str(tmp_path / "one.json")]) == 0
+    assert "worker processes" not in capsys.readouterr().out
+    assert screen_main(argv + ["--jobs", "2", "--json", str(tmp_path / "two.json")]) == 0
+    assert "2 worker processes" in capsys.readouterr().out
+    one = json.loads((tmp_path / "one.json").read_text())["rows"]
+    two = json.loads((tmp_path / "two.json").read_text())["rows"]
+    assert [(r["family"], r["variant"]) for r in one] == [("attention", "frozen"), ("gdn", "serial")]
+    assert two == one
+
+
+def test_jobs_in_a_call_default_to_this_process(monkeypatch):
+    """``main(argv)`` without ``--jobs`` screens in the caller's process (its registrations
+    and patches hold there): the pool it makes has one job."""
+    from dflash2_numba.screen import parallel
+
+    made = []
+    original = parallel.CasePool.__init__
+
+    def init(self, jobs, progress):
+        made.append(jobs)
+        original(self, jobs, progress)
+
+    monkeypatch.setattr(parallel.CasePool, "__init__", init)
+    assert screen_main(["--contexts", "40", "--variants", "frozen,serial"]) == 0
+    assert made == [1]
+
+
+def test_default_jobs_are_the_cores_on_the_simulator_and_one_on_a_gpu():
+    from dflash2_numba.screen.parallel import default_jobs
+
+    assert default_jobs(True) == len(os.sched_getaffinity(0))
+    assert default_jobs(False) == 1
+
+
+def test_jobs_with_gpu_timing_are_a_usage_error(monkeypatch, capsys):
+    """On a GPU, timings need the device to one process: ``--jobs 2`` without
+    ``--no-timing`` is refused (exit 2) before any check."""
+    from dflash2_numba import _compat
+
+    monkeypatch.setattr(_compat, "SIMULATOR", False)
+    monkeypatch.setattr(_compat, "gpu_available", lambda: True)
+    d2.route_counters(reset=True)
+    assert screen_main(["attention", "--jobs", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--jobs" in err and "--no-timing" in err
+    assert d2.route_counters() == {}, "a kernel was launched"

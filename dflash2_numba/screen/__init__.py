@@ -2,8 +2,10 @@
 
     dflash2-screen [attention|gdn|all] [--quick] [--contexts 1024,32768,...]
                    [--variants all|name,name] [--json out.json] [--plot out.png] [--mp]
+                   [--no-timing] [--jobs N]
 
-With no GPU it re-runs itself on numba's CUDA simulator and runs the quick matrix.
+With no GPU it re-runs itself on numba's CUDA simulator and runs the quick matrix, its cases
+in as many processes as this process has cores (``--jobs``; the rows are the same).
 Exit status 1 when any check fails (oracle bound, bitwise equality, guards, route audit,
 a crash, a selected variant unsupported on every case: never checked); a variant
 unsupported on some cases is reported there and checked on the others. Exit status 2 for a
@@ -19,7 +21,7 @@ import subprocess
 import sys
 from typing import List, Optional
 
-from .._cli import output_path, positive_int_list, variant_list
+from .._cli import output_path, positive_int, positive_int_list, variant_list
 
 
 def _parse(argv):
@@ -34,6 +36,10 @@ def _parse(argv):
                     help="write error-vs-context plot (PNG) here")
     ap.add_argument("--mp", action="store_true", help="cross-check the FP64 oracle with mpmath on the smallest cases")
     ap.add_argument("--no-timing", action="store_true", help="skip GPU timing")
+    ap.add_argument("--jobs", default=None, type=positive_int,
+                    help="cases screened at once, each in its own process (default: on the "
+                         "simulator, the cores this process may use; on a GPU, 1; more than "
+                         "1 on a GPU needs --no-timing)")
     return ap.parse_args(argv)
 
 
@@ -54,6 +60,10 @@ def _select(names_all, wanted: List[str], registry) -> List[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """The command (``argv`` None: ``sys.argv``). Called with a list, the screen runs in the
+    caller's process unless ``--jobs`` says otherwise, so that the caller's registrations and
+    patches hold; the command's default is :func:`.parallel.default_jobs`."""
+    from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parse(argv)
     from .._compat import SIMULATOR, gpu_available
@@ -72,6 +82,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .. import _registry
     from .._compat import EMULATE_CC_ENV, SIMULATOR, emulated_cc
     from . import report
+    from .parallel import CasePool, default_jobs
 
     quick = args.quick or SIMULATOR
     timing = not SIMULATOR and not args.no_timing
@@ -82,6 +93,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         wanted = variant_list(args.variants, known)
     except ValueError as exc:
         print(f"dflash2-screen: error: --variants ({args.family}): {exc}", file=sys.stderr)
+        return 2
+    if args.jobs is not None:
+        jobs = args.jobs
+    else:
+        jobs = default_jobs(SIMULATOR) if from_command_line else 1
+    if jobs > 1 and timing:
+        print("dflash2-screen: error: --jobs: GPU timing needs the device to one process; "
+              "give --jobs 1 or --no-timing", file=sys.stderr)
         return 2
     where = "CUDA simulator" if SIMULATOR else "GPU"
     emu = emulated_cc()
@@ -97,28 +116,38 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not ok:
             return 1
 
-    rows = []
+    plans = []                        # (family's screen module, its runner, specs, variant names)
     for fam in families:
         registry = _registry.variants(fam)
         names = _select(list(registry), wanted, registry)
         if not names:                 # (--variants names only the other family's)
             continue
         if fam == "attention":
-            from .attention import expected_steps, run_attention
+            from . import attention as family
             from .cases import attention_matrix
 
-            specs = attention_matrix(quick, contexts)
-            runner = run_attention
+            specs, runner = attention_matrix(quick, contexts), family.run_attention
         else:
+            from . import gdn as family
             from .cases import gdn_matrix
-            from .gdn import expected_steps, run_gdn
 
-            specs = gdn_matrix(quick, contexts)
-            runner = run_gdn
+            specs, runner = gdn_matrix(quick, contexts), family.run_gdn
         print(f"{fam}: variants {', '.join(names)}; {len(specs)} cases", flush=True)
-        with _progress(expected_steps(specs, len(names)), fam) as step:
-            rows.extend(runner(specs, names, timing=timing, mp_check=args.mp and quick,
-                               progress=step))
+        plans.append((family, runner, specs, names))
+    n_cases = sum(len(specs) for _, _, specs, _ in plans)
+    if jobs > 1 and n_cases > 1:
+        print(f"dflash2-screen: {min(jobs, n_cases)} worker processes (--jobs)", flush=True)
+    rows = []
+    total = sum(family.expected_steps(specs, len(names)) for family, _, specs, names in plans)
+    with _progress(total, "+".join(families)) as step, CasePool(min(jobs, n_cases), step) as pool:
+        # every case of every family is submitted before any is waited for
+        futures = [[pool.submit(family.screen_case, spec, names, timing=timing,
+                                mp_check=args.mp and quick,
+                                ticks=family.expected_steps([spec], len(names)))
+                    for spec in specs] for family, _, specs, names in plans]
+        for (_, runner, specs, names), fam_futures in zip(plans, futures):
+            rows.extend(runner(specs, names, timing=timing,
+                               case_rows=(f.result() for f in fam_futures)))
 
     report.print_table(rows)
     failed = [r for r in rows if r.status in ("FAIL", "error")]

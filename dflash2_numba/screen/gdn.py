@@ -149,12 +149,14 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
 
 
 def run_gdn(specs: List[GdnCaseSpec], variant_names: List[str], *, timing: bool,
-            mp_check: bool = False, progress=None) -> List[Row]:
+            mp_check: bool = False, progress=None, case_rows=None) -> List[Row]:
     """Every case of ``specs`` for every variant; a variant unsupported on every case fails
-    the run (one "every case" row, as the attention screen's)."""
-    rows: List[Row] = []
-    for spec in specs:
-        rows.extend(screen_case(spec, variant_names, timing=timing, mp_check=mp_check, progress=progress))
+    the run (one "every case" row, as the attention screen's). ``case_rows``: each spec's
+    rows in spec order, already screened (``--jobs``), instead of screening them here."""
+    if case_rows is None:
+        case_rows = (screen_case(spec, variant_names, timing=timing, mp_check=mp_check,
+                                 progress=progress) for spec in specs)
+    rows: List[Row] = [row for one_case in case_rows for row in one_case]
     return rows + never_checked_rows("gdn", rows, variant_names, len(specs),
                                      max((s.T for s in specs), default=0))
 
