@@ -134,12 +134,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             specs, runner = gdn_matrix(quick, contexts), family.run_gdn
         print(f"{fam}: variants {', '.join(names)}; {len(specs)} cases", flush=True)
         plans.append((family, runner, specs, names))
-    n_cases = sum(len(specs) for _, _, specs, _ in plans)
-    if jobs > 1 and n_cases > 1:
-        print(f"dflash2-screen: {min(jobs, n_cases)} worker processes (--jobs)", flush=True)
+    workers = min(jobs, sum(len(specs) for _, _, specs, _ in plans))
+    if workers > 1:
+        print(f"dflash2-screen: {workers} worker processes (--jobs)", flush=True)
     rows = []
     total = sum(family.expected_steps(specs, len(names)) for family, _, specs, names in plans)
-    with _progress(total, "+".join(families)) as step, CasePool(min(jobs, n_cases), step) as pool:
+    with _progress(total, "+".join(families)) as step, CasePool(workers, step) as pool:
         # every case of every family is submitted before any is waited for
         futures = [[pool.submit(family.screen_case, spec, names, timing=timing,
                                 mp_check=args.mp and quick,
