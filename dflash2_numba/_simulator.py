@@ -9,11 +9,12 @@ NUMBA_ENABLE_CUDASIM as numba reads it).
    one array: the simulator's own check-then-store let two threads that both found no
    array each make one, and the one whose array was overwritten computed alone on it
    (a rare, timing-dependent wrong result).
-3. A thread block waits for its threads on a condition variable instead of
-   busy-polling them (the poll loop holds the GIL the simulated threads need).
-   Semantics are the simulator's: a barrier opens when every live thread of the
-   block waits at it (exited threads count as arrived); an exception in any thread
-   aborts the block and is re-raised.
+3. A thread block runs on simulated threads kept from earlier blocks of its shape
+   instead of new ones, and waits for them on a condition variable instead of
+   busy-polling them (the poll loop holds the GIL the simulated threads need); see
+   :mod:`._sim_blocks`. Semantics are the simulator's: a barrier opens when every live
+   thread of the block waits at it (exited threads count as arrived); an exception in
+   any thread aborts the block and is re-raised.
 4. ``max`` / ``min`` of two floats inside simulated kernels and device functions ignore a
    NaN operand, as numba's GPU lowering (``fmaxf`` / ``fminf``, PTX ``max.f32`` /
    ``min.f32``) does, instead of Python's order-dependent NaN handling; for two float32
@@ -80,73 +81,9 @@ def install() -> None:
 
     kernelapi.FakeCUDAShared.array = shared_array
 
-    BlockThread = sim_kernel.BlockThread
-    original_thread_run = BlockThread.run
+    from . import _sim_blocks
 
-    def thread_run(self):
-        try:
-            original_thread_run(self)
-        finally:
-            mgr = self._manager
-            with mgr._dflash2_cv:
-                mgr._dflash2_done += 1
-                mgr._dflash2_cv.notify()
-
-    def syncthreads(self):
-        if self.abort:
-            raise RuntimeError("abort flag set on syncthreads call")
-        mgr = self._manager
-        with mgr._dflash2_cv:
-            self.syncthreads_blocked = True
-            mgr._dflash2_waiting += 1
-            mgr._dflash2_cv.notify()
-        self.syncthreads_event.wait()
-        self.syncthreads_event.clear()
-        if self.abort:
-            raise RuntimeError("abort flag set on syncthreads clear")
-
-    def block_run(self, grid_point, *args):
-        self._dflash2_cv = threading.Condition()
-        self._dflash2_done = 0
-        self._dflash2_waiting = 0
-        f = self._f
-
-        def target():
-            f(*args)
-
-        threads = [BlockThread(target, self, grid_point, bp, self._debug)
-                   for bp in np.ndindex(*self._block_dim)]
-        n = len(threads)
-        for t in threads:
-            t.start()
-        cv = self._dflash2_cv
-        while True:
-            with cv:
-                cv.wait_for(lambda: self._dflash2_done + self._dflash2_waiting >= n, timeout=1.0)
-                failed = next((t for t in threads if t.exception), None)
-                if failed is None and self._dflash2_done + self._dflash2_waiting < n:
-                    continue
-                waiting = [t for t in threads if t.syncthreads_blocked]
-                self._dflash2_waiting = 0
-            if failed is not None:
-                for t in threads:
-                    t.abort = True
-                    t.syncthreads_blocked = False
-                    t.syncthreads_event.set()
-                raise failed.exception[0].with_traceback(failed.exception[1])
-            if self._dflash2_done >= n:
-                break
-            for t in waiting:
-                t.syncthreads_blocked = False
-                t.syncthreads_event.set()
-        for t in threads:
-            t.join()
-            if t.exception:
-                raise t.exception[0].with_traceback(t.exception[1])
-
-    BlockThread.run = thread_run
-    BlockThread.syncthreads = syncthreads
-    sim_kernel.BlockManager.run = block_run
+    _sim_blocks.install(sim_kernel)
     _install_gpu_minmax(sim_kernel, kernelapi)
     _installed = True
 
