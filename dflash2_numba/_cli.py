@@ -49,6 +49,15 @@ def compute_capability(text: str) -> tuple:
     return int(parts[0]), int(parts[1])
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask; the machine's count where the
+    platform has no mask)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:          # pragma: no cover (no sched_getaffinity: not Linux)
+        return max(1, os.cpu_count() or 1)
+
+
 def positive_int(text: str) -> int:
     """An int >= 1."""
     try:

@@ -12,7 +12,11 @@ Registers and shared memory are the kernel entry's; stack frame and spills are s
 every function ptxas reports for the PTX (the entry and any function it kept out of line).
 Exits non-zero when a kernel fails to compile or assemble, spills, uses local memory (a
 stack frame or ``.local`` in its PTX: status ``LOCAL``), does FP64 work or holds such a
-shift.
+shift. The JSON rows (``--json``) also count each PTX's ``fma.rn.f32`` instructions and
+its block barriers: those all threads must reach at one instruction and ``barrier.sync``,
+which threads may reach at different ones (the GDN PTX test reads them).
+``--jobs N`` compiles N signatures at once, each in its own process (default: one per
+core); the rows are the same, in the same order.
 
 Needs a CUDA 12 toolchain that can still target sm_70 (the ``cuda12`` extra:
 ``numba-cuda[cu12]`` brings libNVVM 12.9 and ptxas); no GPU is needed. Under the
@@ -31,7 +35,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from typing import List, Optional
 
-from ._cli import compute_capability, output_folder, output_path
+from ._cli import compute_capability, output_folder, output_path, positive_int, usable_cores
 
 FP64_RE = re.compile(r"^\s*(?:@%p\d+\s+)?[a-z]+(?:\.[a-z0-9]+)*\.f64\b", re.M)
 REG_RE = re.compile(r"Used (\d+) registers")
@@ -42,6 +46,11 @@ SHL31_RE = re.compile(r"^\s*(?:@%p\d+\s+)?shl\.b64\s+%rd\d+,\s*%rd\d+,\s*31;", r
 # (``ld.local``, ``st.local``, ``cvta.local``, ...) the local state space
 LOCAL_RE = re.compile(r"(?:^|[\s.])local\b(?=[\s.])", re.M)
 COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+# block barriers every thread must reach at the same instruction (``bar.sync``,
+# ``barrier.sync.aligned``) and the one threads may reach at different ones
+# (``barrier.sync`` without ``.aligned``: warp-specialised loops need it)
+ALIGNED_BAR_RE = re.compile(r"\bbar(?:rier)?\.sync\.aligned\b|\bbar\.sync\b")
+ANY_SITE_BAR_RE = re.compile(r"\bbarrier\.sync\s")
 
 
 @dataclass
@@ -58,6 +67,9 @@ class KernelReport:
     fp64_instructions: Optional[int] = None
     shl64_by31: Optional[int] = None
     local_refs: Optional[int] = None   # declarations and accesses of .local in the PTX
+    fma_f32: Optional[int] = None      # fma.rn.f32 instructions in the PTX
+    aligned_barriers: Optional[int] = None    # bar.sync / barrier.sync.aligned
+    any_site_barriers: Optional[int] = None   # barrier.sync (reachable at different sites)
     error: str = ""
 
     @property
@@ -200,42 +212,68 @@ def _launched_at(spec, cc) -> bool:
 
 
 def build_reports(cc=(7, 0), family: Optional[str] = None, variant: Optional[str] = None,
-                  dump: Optional[str] = None) -> List[KernelReport]:
+                  dump: Optional[str] = None, jobs: int = 1) -> List[KernelReport]:
     """One row per (kernel, signature) launched at ``cc``, of ``family`` / ``variant`` when
-    given; ``dump``: also write each PTX to ``dump/<variant>.<kernel>.<i>.sm<cc>.ptx`` (to
-    diff one toolchain's PTX against another's)."""
+    given, in registration order; ``dump``: also write each PTX to
+    ``dump/<variant>.<kernel>.<i>.sm<cc>.ptx`` (to diff one toolchain's PTX against
+    another's). ``jobs`` above 1 compiles the signatures in that many spawned processes
+    (each compile is independent; the rows are the same, in the same order); those
+    processes see only the variants the package registers on import, so a variant
+    registered at run time is reported with ``jobs=1``."""
     import dflash2_numba  # noqa: F401  (registers every variant)
-    from dflash2_numba._compat import compile_ptx_cc
     from dflash2_numba._registry import all_kernel_specs
 
     ptxas = find_ptxas()
-    reports = []
-    for fam, vname, spec in all_kernel_specs():
-        if (family and fam != family) or (variant and vname != variant) \
-                or not _launched_at(spec, cc):
-            continue
-        for i, sig in enumerate(spec.signatures):
-            r = KernelReport(fam, vname, spec.name, _sig_text(sig))
-            try:
-                ptx, _ = compile_ptx_cc(spec.pyfunc, sig, cc=cc,
-                                        launch_bounds=getattr(spec, "launch_bounds", None))
-                r.fp64_instructions = count_fp64(ptx)
-                r.shl64_by31 = count_shl64_by31(ptx)
-                r.local_refs = count_local(ptx)
-                if dump:
-                    os.makedirs(dump, exist_ok=True)
-                    name = f"{vname}.{spec.name}.{i}.sm{cc[0]}{cc[1]}.ptx"
-                    with open(os.path.join(dump, name), "w") as f:
-                        f.write(ptx)
-                if ptxas is None:
-                    r.error = "no ptxas that targets sm_70 (install the cuda12 extra)"
-                else:
-                    for k, v in assemble(ptxas, ptx, cc).items():
-                        setattr(r, k, v)
-            except Exception as e:  # report and go on: one row per kernel
-                r.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
-            reports.append(r)
-    return reports
+    tasks = [(fam, vname, spec.name, i, tuple(cc), dump, ptxas)
+             for fam, vname, spec in all_kernel_specs()
+             if not ((family and fam != family) or (variant and vname != variant)
+                     or not _launched_at(spec, cc))
+             for i in range(len(spec.signatures))]
+    workers = min(jobs, len(tasks))
+    if workers <= 1:
+        return [_report_task(t) for t in tasks]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn, not fork: a caller may hold threads or a CUDA context
+    with ProcessPoolExecutor(max_workers=workers,
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_report_task, tasks))
+
+
+def _report_task(task) -> KernelReport:
+    """The row of one (kernel, signature): ``task`` is (family, variant, kernel name,
+    signature index, cc, dump folder or None, ptxas path or None)."""
+    import dflash2_numba  # noqa: F401  (registers every variant: a spawned worker starts bare)
+    from dflash2_numba._compat import compile_ptx_cc
+    from dflash2_numba._registry import all_kernel_specs
+
+    fam, vname, kname, i, cc, dump, ptxas = task
+    spec = next(s for f, v, s in all_kernel_specs() if (f, v, s.name) == (fam, vname, kname))
+    sig = spec.signatures[i]
+    r = KernelReport(fam, vname, spec.name, _sig_text(sig))
+    try:
+        ptx, _ = compile_ptx_cc(spec.pyfunc, sig, cc=cc,
+                                launch_bounds=getattr(spec, "launch_bounds", None))
+        r.fp64_instructions = count_fp64(ptx)
+        r.shl64_by31 = count_shl64_by31(ptx)
+        r.local_refs = count_local(ptx)
+        r.fma_f32 = ptx.count("fma.rn.f32")
+        r.aligned_barriers = len(ALIGNED_BAR_RE.findall(ptx))
+        r.any_site_barriers = len(ANY_SITE_BAR_RE.findall(ptx))
+        if dump:
+            os.makedirs(dump, exist_ok=True)
+            name = f"{vname}.{spec.name}.{i}.sm{cc[0]}{cc[1]}.ptx"
+            with open(os.path.join(dump, name), "w") as f:
+                f.write(ptx)
+        if ptxas is None:
+            r.error = "no ptxas that targets sm_70 (install the cuda12 extra)"
+        else:
+            for k, v in assemble(ptxas, ptx, cc).items():
+                setattr(r, k, v)
+    except Exception as e:  # report and go on: one row per kernel
+        r.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+    return r
 
 
 def format_table(reports: List[KernelReport]) -> str:
@@ -263,6 +301,10 @@ def main(argv=None) -> int:
     ap.add_argument("--dump", default=None, type=output_folder,
                     help="also write each kernel's PTX into this folder (made now if missing)")
     ap.add_argument("--json", default=None, type=output_path, help="write the rows as JSON here")
+    ap.add_argument("--jobs", default=None, type=positive_int,
+                    help="signatures compiled at once, each in its own process (default: the "
+                         "cores this process may use; main(argv) called from Python: 1)")
+    from_command_line = argv is None
     arg_list = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(arg_list)
     from ._compat import SIMULATOR   # numba's own reading of NUMBA_ENABLE_CUDASIM
@@ -282,7 +324,8 @@ def main(argv=None) -> int:
             print(f"python -m dflash2_numba.ptx: error: --variant: no {args.family or 'attention or gdn'} "
                   f"variant {args.variant!r}; known: {', '.join(known)}", file=sys.stderr)
             return 2
-    reports = build_reports((major, minor), args.family, args.variant, args.dump)
+    jobs = args.jobs if args.jobs is not None else (usable_cores() if from_command_line else 1)
+    reports = build_reports((major, minor), args.family, args.variant, args.dump, jobs)
     print(format_table(reports))
     bad = [r for r in reports if not r.ok]
     others = kernels_not_for((major, minor), args.family, args.variant)

@@ -9,6 +9,10 @@ import os
 if os.environ.get("DFLASH2_GPU", "0") != "1":
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
 import pytest  # noqa: E402
 
 
@@ -46,3 +50,24 @@ def poisoned_dynamic_shared_memory(monkeypatch):
         self._dynshared[:] = -1
 
     monkeypatch.setattr(kernelapi.FakeCUDAShared, "__init__", init)
+
+
+@pytest.fixture(scope="session")
+def sm70_ptx_report(tmp_path_factory):
+    """``python -m dflash2_numba.ptx --cc 7.0 --jobs 2 --json ...`` run once for the session
+    (the sm_70 compile and assembly of every kernel is the suite's costliest step; the tests
+    that read its rows share them): ``(completed process, rows)``. Two jobs, whatever the
+    machine's cores, so that the parallel path is the one whose rows are checked (the
+    one-variant dump test compares a one-job run against them). Skips without a ptxas that
+    targets sm_70 (the cuda12 extra)."""
+    from dflash2_numba.ptx import find_ptxas
+
+    if find_ptxas() is None:
+        pytest.skip("needs the cuda12 extra's ptxas")
+    out = tmp_path_factory.mktemp("sm70_ptx") / "rows.json"
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    proc = subprocess.run([sys.executable, "-m", "dflash2_numba.ptx", "--cc", "7.0", "--jobs", "2",
+                           "--json", str(out)], capture_output=True, text=True, env=env, timeout=1800)
+    rows = json.loads(out.read_text()) if out.exists() else None
+    return proc, rows

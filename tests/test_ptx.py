@@ -22,12 +22,9 @@ def _env():
 
 
 @needs_ptxas
-def test_report_exits_zero_and_covers_every_kernel(tmp_path):
-    out = tmp_path / "ptx.json"
-    proc = subprocess.run([sys.executable, "-m", "dflash2_numba.ptx", "--cc", "7.0", "--json", str(out)],
-                          capture_output=True, text=True, env=_env(), timeout=1200)
+def test_report_exits_zero_and_covers_every_kernel(sm70_ptx_report):
+    proc, rows = sm70_ptx_report
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    rows = json.loads(out.read_text())
     kernels = {r["kernel"] for r in rows}
     assert {"attention.frozen.split", "attention.frozen.combine"} <= kernels
     assert {"gdn_chunked_fwd", "gdn_serial_fwd"} <= kernels
@@ -66,17 +63,20 @@ def test_count_fp64_on_text():
 
 
 @needs_ptxas
-def test_report_of_one_variant_dumps_its_ptx(tmp_path):
+def test_report_of_one_variant_dumps_its_ptx(tmp_path, sm70_ptx_report):
     """``--variant`` keeps one variant's kernels; ``--dump`` writes each signature's PTX
-    (the file a later run on another toolchain is diffed against)."""
+    (the file a later run on another toolchain is diffed against). Compiled in this
+    process (``--jobs 1``), its rows are the two-job session report's rows of that variant,
+    figure for figure and in the same order."""
     dump = tmp_path / "ptx"
     out = tmp_path / "rows.json"
     proc = subprocess.run([sys.executable, "-m", "dflash2_numba.ptx", "--cc", "7.0", "--variant",
-                           "serial", "--dump", str(dump), "--json", str(out)],
+                           "serial", "--dump", str(dump), "--json", str(out), "--jobs", "1"],
                           capture_output=True, text=True, env=_env(), timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     rows = json.loads(out.read_text())
     assert rows and {r["variant"] for r in rows} == {"serial"}
+    assert rows == [r for r in sm70_ptx_report[1] if r["variant"] == "serial"]
     files = sorted(p.name for p in dump.iterdir())
     assert len(files) == len(rows)
     assert all(f.startswith("serial.") and f.endswith(".sm70.ptx") for f in files)

@@ -23,6 +23,8 @@ def _run(*args):
     (("--json", "/nonexistent_dir/p.json"), "--json"),
     (("--variant", "bogus"), "no attention or gdn variant 'bogus'"),
     (("--family", "gdn", "--variant", "frozen"), "no gdn variant 'frozen'"),
+    (("--jobs", "0"), "--jobs"),
+    (("--jobs", "two"), "--jobs"),
 ])
 def test_usage_errors(args, said):
     proc = _run(*args)

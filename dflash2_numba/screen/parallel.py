@@ -6,9 +6,10 @@ several cores. The rows are the same rows in the same order as a one-process run
 from __future__ import annotations
 
 import multiprocessing
-import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Callable, List
+
+from .._cli import usable_cores
 
 
 def default_jobs(simulator: bool) -> int:
@@ -16,10 +17,7 @@ def default_jobs(simulator: bool) -> int:
     process may run on; on a GPU, one (timings need the device to themselves)."""
     if not simulator:
         return 1
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:          # pragma: no cover (no sched_getaffinity: not Linux)
-        return max(1, os.cpu_count() or 1)
+    return usable_cores()
 
 
 class CasePool:
