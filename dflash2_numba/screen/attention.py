@@ -210,17 +210,25 @@ def _oracle_checks(row: Row, snap: dict, ref: np.ndarray) -> None:
 
 def run_attention(specs: List[AttentionCaseSpec], variant_names: List[str], *, timing: bool,
                   mp_check: bool = False, progress=None, case_rows=None) -> List[Row]:
-    """Every case of ``specs`` for every variant; then one failing row ("every case") per
-    variant that was unsupported on every case, so that a variant the run never checked
-    fails it (its bitwise reference, added for the others, excepted). ``case_rows``: each
-    spec's rows in spec order, already screened (``--jobs``: :mod:`.parallel`), instead of
-    screening them here."""
+    """Every case of ``specs`` for every variant (:func:`family_rows`)."""
+    return family_rows("attention", screen_case, specs, variant_names,
+                       max((s.context for s in specs), default=0), timing=timing,
+                       mp_check=mp_check, progress=progress, case_rows=case_rows)
+
+
+def family_rows(family: str, screen_one, specs, variant_names: List[str], context: int, *,
+                timing: bool, mp_check: bool, progress, case_rows) -> List[Row]:
+    """The rows of every case of ``specs`` (``screen_one(spec, names, ...)``: one case's
+    rows) for every variant of ``family``; then one failing row ("every case", at
+    ``context``) per variant that was unsupported on every case, so that a variant the run
+    never checked fails it (its bitwise reference, added for the others, excepted).
+    ``case_rows``: each spec's rows in spec order, already screened (``--jobs``:
+    :mod:`.parallel`), instead of screening them here."""
     if case_rows is None:
-        case_rows = (screen_case(spec, variant_names, timing=timing, mp_check=mp_check,
-                                 progress=progress) for spec in specs)
+        case_rows = (screen_one(spec, variant_names, timing=timing, mp_check=mp_check,
+                                progress=progress) for spec in specs)
     rows: List[Row] = [row for one_case in case_rows for row in one_case]
-    return rows + never_checked_rows("attention", rows, variant_names, len(specs),
-                                     max((s.context for s in specs), default=0))
+    return rows + never_checked_rows(family, rows, variant_names, len(specs), context)
 
 
 def never_checked_rows(family: str, rows: List[Row], variant_names: List[str], n_cases: int,

@@ -27,7 +27,7 @@ from .._compat import cuda
 from ..contract import SENTINEL
 from ..gdn.api import plan_gdn
 from ..workspace import GuardedBuffer
-from .attention import FP32_REL_BOUND, Row, never_checked_rows, time_launches
+from .attention import FP32_REL_BOUND, Row, family_rows, time_launches
 from .cases import GdnCaseSpec
 from .variant_steps import audit_route, bitwise_checks, fp16_oracle_problems, launch_variant
 
@@ -151,14 +151,9 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
 def run_gdn(specs: List[GdnCaseSpec], variant_names: List[str], *, timing: bool,
             mp_check: bool = False, progress=None, case_rows=None) -> List[Row]:
     """Every case of ``specs`` for every variant; a variant unsupported on every case fails
-    the run (one "every case" row, as the attention screen's). ``case_rows``: each spec's
-    rows in spec order, already screened (``--jobs``), instead of screening them here."""
-    if case_rows is None:
-        case_rows = (screen_case(spec, variant_names, timing=timing, mp_check=mp_check,
-                                 progress=progress) for spec in specs)
-    rows: List[Row] = [row for one_case in case_rows for row in one_case]
-    return rows + never_checked_rows("gdn", rows, variant_names, len(specs),
-                                     max((s.T for s in specs), default=0))
+    the run (:func:`.attention.family_rows`, as the attention screen's)."""
+    return family_rows("gdn", screen_case, specs, variant_names, max((s.T for s in specs), default=0),
+                       timing=timing, mp_check=mp_check, progress=progress, case_rows=case_rows)
 
 
 def expected_steps(specs: List[GdnCaseSpec], n_variants: int) -> int:
