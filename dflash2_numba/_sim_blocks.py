@@ -90,7 +90,9 @@ def install(sim_kernel) -> None:
                 finally:
                     with manager._dflash2_cv:
                         manager._dflash2_done += 1
-                        manager._dflash2_cv.notify()
+                        if self.exception or (manager._dflash2_done + manager._dflash2_waiting
+                                              >= manager._dflash2_n):
+                            manager._dflash2_cv.notify()
                 if self._retire:
                     return
 
@@ -101,7 +103,8 @@ def install(sim_kernel) -> None:
             with mgr._dflash2_cv:
                 self.syncthreads_blocked = True
                 mgr._dflash2_waiting += 1
-                mgr._dflash2_cv.notify()
+                if mgr._dflash2_done + mgr._dflash2_waiting >= mgr._dflash2_n:
+                    mgr._dflash2_cv.notify()        # the last to arrive wakes the block
             self.syncthreads_event.wait()
             self.syncthreads_event.clear()
             if self.abort:
@@ -134,7 +137,7 @@ def install(sim_kernel) -> None:
             f(*args)
 
         threads = take_threads(self)
-        n = len(threads)
+        n = self._dflash2_n = len(threads)
         for t in threads:
             t.give(self, grid_point, target)
         while True:
