@@ -28,7 +28,16 @@ def _on_gpu() -> bool:
 ON_GPU = _on_gpu()
 
 
+def _runs_long(item) -> bool:
+    """The session's sm_70 PTX report and the tests marked ``slow``: started first, so that
+    under pytest-xdist (the README's command runs two processes) one process takes them
+    while the other works through the rest, and the report's tests share one process."""
+    return "sm70_ptx_report" in getattr(item, "fixturenames", ()) or \
+        item.get_closest_marker("slow") is not None
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not _runs_long(item))     # stable: the rest keep their order
     if ON_GPU:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (DFLASH2_GPU=1 on a GPU machine)")

@@ -165,6 +165,7 @@ def test_gdn_graph_that_replays_the_call_is_timed(gdn_bench):
     assert added is True and "chunked/graph" in items, notes
 
 
+@pytest.mark.slow
 def test_gdn_graph_over_input_sets_checks_every_set_and_times_per_call(gdn_bench):
     """Two input sets in one graph: a replay that runs the first set's call only leaves the
     second's outputs NaN and is not timed; one that runs both is timed per call (half a

@@ -88,6 +88,7 @@ def test_attention_bench_notices_a_changed_block_table():
     assert changed_block_tables(layers) == ["1", "2 (input set 1)"]
 
 
+@pytest.mark.slow
 def test_gdn_smoke(tmp_path):
     import dflash2_numba as d2
 

@@ -602,6 +602,7 @@ def test_rec_forms_ab_checks_bytes_of_every_pair(tmp_path, monkeypatch):
         A.main(["--small", "--pairs", "deep:deep", "--out", str(tmp_path)])
 
 
+@pytest.mark.slow
 def test_attention_option_ab_checks_each_option_set_against_the_registered_kernel(tmp_path):
     """``profile_kernels.py attn-ab`` (the tool that times tiled_compact's and tiled_wide's
     schedule options on the GPU) builds each option set's kernel with its own shared-memory

@@ -3,6 +3,7 @@ random attention shapes / lengths / pages / strides / tables against the FP64 or
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -65,6 +66,7 @@ def test_e4m3_round_trip_is_nearest(x):
     assert e4m3.encode(e4m3.decode(code))[0] == code[0] or y == 0.0
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_attention_against_oracle(data):

@@ -311,6 +311,7 @@ def test_gdn_screen_fails_a_variant_refused_on_every_case(monkeypatch):
     assert "never checked" in extra[0].problems[0] and extra[0].context == max(s.T for s in specs)
 
 
+@pytest.mark.slow
 def test_quick_screen_command_passes(tmp_path):
     """The README's screen command on a machine without a GPU (full quick matrix)."""
     env = dict(os.environ)
