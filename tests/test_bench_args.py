@@ -136,13 +136,14 @@ class _Clock:
 
 
 def _graph_item(G, C, replay_runs: str, sets: int = 1):
-    """graph_item over ``sets`` input sets of ``chunked``; the fake graph's replay makes the
-    calls of every set (``"all"``), of the first only (``"first"``) or none."""
+    """graph_item over ``sets`` input sets of ``chunked`` (T = 5: the check, not the kernel,
+    is under test); the fake graph's replay makes the calls of every set (``"all"``), of the
+    first only (``"first"``) or none."""
     cfg = dict(G.SMOKE)
     rng = np.random.default_rng(0)
     holders = [{} for _ in range(sets)]
     for h in holders:
-        G.variant_caller(G.find_gdn_prefill()[0], G.make_inputs(cfg, 70, None, rng), "chunked",
+        G.variant_caller(G.find_gdn_prefill()[0], G.make_inputs(cfg, 5, None, rng), "chunked",
                          0, h)
     launches = [h["launch"] for h in holders]
     if replay_runs != "none":
@@ -165,7 +166,6 @@ def test_gdn_graph_that_replays_the_call_is_timed(gdn_bench):
     assert added is True and "chunked/graph" in items, notes
 
 
-@pytest.mark.slow
 def test_gdn_graph_over_input_sets_checks_every_set_and_times_per_call(gdn_bench):
     """Two input sets in one graph: a replay that runs the first set's call only leaves the
     second's outputs NaN and is not timed; one that runs both is timed per call (half a
