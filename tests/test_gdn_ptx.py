@@ -29,7 +29,9 @@ def test_gdn_kernels_compile_for_sm70(sm70_ptx_report):
     """The GDN rows of the session's sm_70 PTX report (``conftest.sm70_ptx_report``), and
     the same rows of the kernels it leaves out at sm_70: every kernel of every variant,
     every signature, compiled as the package builds it (with its launch bounds)."""
-    launched = [r for r in sm70_ptx_report[1] if r["family"] == "gdn"]
+    proc, report_rows = sm70_ptx_report
+    assert report_rows is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    launched = [r for r in report_rows if r["family"] == "gdn"]
     not_launched = child_json(NOT_LAUNCHED_CHILD, "ROWS")
     assert {r["kernel"] for r in not_launched} >= {"gdn_chunk_out_pipe", "gdn_chunk_out_wide"}
     names = {(r["variant"], r["kernel"]) for r in launched}

@@ -76,6 +76,7 @@ def test_report_of_one_variant_dumps_its_ptx(tmp_path, sm70_ptx_report):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     rows = json.loads(out.read_text())
     assert rows and {r["variant"] for r in rows} == {"serial"}
+    assert sm70_ptx_report[1] is not None, sm70_ptx_report[0].stderr[-3000:]
     assert rows == [r for r in sm70_ptx_report[1] if r["variant"] == "serial"]
     files = sorted(p.name for p in dump.iterdir())
     assert len(files) == len(rows)
