@@ -212,9 +212,11 @@ def _launched_at(spec, cc) -> bool:
 
 
 def build_reports(cc=(7, 0), family: Optional[str] = None, variant: Optional[str] = None,
-                  dump: Optional[str] = None, jobs: int = 1) -> List[KernelReport]:
-    """One row per (kernel, signature) launched at ``cc``, of ``family`` / ``variant`` when
-    given, in registration order; ``dump``: also write each PTX to
+                  dump: Optional[str] = None, jobs: int = 1,
+                  launched: bool = True) -> List[KernelReport]:
+    """One row per (kernel, signature) launched at ``cc`` (``launched=False``: per one its
+    variant does not launch there, compiled for ``cc`` all the same), of ``family`` /
+    ``variant`` when given, in registration order; ``dump``: also write each PTX to
     ``dump/<variant>.<kernel>.<i>.sm<cc>.ptx`` (to diff one toolchain's PTX against
     another's). ``jobs`` above 1 compiles the signatures in that many spawned processes
     (each compile is independent; the rows are the same, in the same order); those
@@ -227,7 +229,7 @@ def build_reports(cc=(7, 0), family: Optional[str] = None, variant: Optional[str
     tasks = [(fam, vname, spec.name, i, tuple(cc), dump, ptxas)
              for fam, vname, spec in all_kernel_specs()
              if not ((family and fam != family) or (variant and vname != variant)
-                     or not _launched_at(spec, cc))
+                     or _launched_at(spec, cc) != launched)
              for i in range(len(spec.signatures))]
     workers = min(jobs, len(tasks))
     if workers <= 1:

@@ -14,14 +14,9 @@ from tests.nvvm_child import child_json
 # there): the same rows, compiled and assembled for sm_70 all the same
 NOT_LAUNCHED_CHILD = textwrap.dedent(r"""
     from dataclasses import asdict
-    import dflash2_numba  # noqa: F401  (registers the variants)
-    from dflash2_numba import ptx
-    from dflash2_numba._registry import all_kernel_specs
-    tasks = [(fam, vname, spec.name, i, (7, 0), None, ptx.find_ptxas())
-             for fam, vname, spec in all_kernel_specs()
-             if fam == "gdn" and not ptx._launched_at(spec, (7, 0))
-             for i in range(len(spec.signatures))]
-    print("ROWS" + json.dumps([asdict(ptx._report_task(t)) for t in tasks]))
+    from dflash2_numba.ptx import build_reports
+    rows = build_reports((7, 0), "gdn", launched=False)
+    print("ROWS" + json.dumps([asdict(r) for r in rows]))
 """)
 
 
