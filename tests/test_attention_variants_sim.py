@@ -12,10 +12,34 @@ import numpy as np
 import pytest
 
 import dflash2_numba as d2
+from dflash2_numba import _registry
 from dflash2_numba.contract import active_splits
 from tests.attention_helpers import case, decode_on_cpu, sentinel_run
 
-FAST_VARIANTS = ["tiled", "tiled_compact", "tiled_perm"]
+
+def _bitwise_variants_accepting(D):
+    """The registered attention variants that must equal frozen byte for byte and accept head
+    dim ``D`` (a production-like row layout: Q = 8, G = 6), in registration order."""
+    shape = dict(B=1, Q=8, Hq=6, Hkv=1, D=D, page_size=16, splits=4)
+    names = []
+    for name, v in _registry.variants("attention").items():
+        if v.bitwise_reference != "frozen":
+            continue
+        try:
+            v.supports(shape)
+        except d2.UnsupportedShape:
+            continue
+        names.append(name)
+    return names
+
+
+# Taken from the registry, so a new variant with bitwise_reference="frozen" is byte-tested
+# here without editing this file: the cases below (head dim 64) run every variant that
+# accepts D = 64; the D = 256 cases further down run those built for D = 256 only
+# (tiled_wide). test_every_bitwise_variant_is_byte_tested says that no variant falls
+# between the two.
+FAST_VARIANTS = _bitwise_variants_accepting(64)
+WIDE_VARIANTS = [n for n in _bitwise_variants_accepting(256) if n not in FAST_VARIANTS]
 
 
 pytestmark = pytest.mark.usefixtures("poisoned_dynamic_shared_memory")   # (conftest.py)
@@ -125,6 +149,19 @@ def test_e4m3_bit_decode_ir_matches_the_table():
     assert sim.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
 
 
+def test_every_bitwise_variant_is_byte_tested():
+    """Every attention variant registered with ``bitwise_reference="frozen"`` is in one of
+    the two lists the byte tests run over, and the lists hold the variants known today (so
+    an empty list, e.g. from a ``supports`` that refuses every shape here, cannot pass)."""
+    bitwise = [n for n, v in _registry.variants("attention").items()
+               if v.bitwise_reference == "frozen"]
+    missing = sorted(set(bitwise) - set(FAST_VARIANTS) - set(WIDE_VARIANTS))
+    assert not missing, f"accept neither head dim 64 nor 256, so no byte test runs them: {missing}"
+    assert {"tiled", "tiled_compact", "tiled_perm"} <= set(FAST_VARIANTS), FAST_VARIANTS
+    assert "tiled_wide" in WIDE_VARIANTS and "tiled_wide" not in FAST_VARIANTS, WIDE_VARIANTS
+    assert "frozen" not in FAST_VARIANTS + WIDE_VARIANTS      # (its own reference: None)
+
+
 def test_registry_and_route_counters():
     v = d2.attention_variants()
     for name in FAST_VARIANTS:
@@ -183,29 +220,31 @@ WIDE_CASES = {
 }
 
 
+@pytest.mark.parametrize("variant", WIDE_VARIANTS)
 @pytest.mark.parametrize("name", list(WIDE_CASES))
-def test_tiled_wide_bitwise_equal_to_frozen(name):
+def test_wide_bitwise_equal_to_frozen(name, variant):
     seed, B, Q, Hq, Hkv, D, page, seq, splits, rows, strided, *scales = WIDE_CASES[name]
     rng = np.random.default_rng(seed)
     c = case(rng, B=B, Q=Q, Hq=Hq, Hkv=Hkv, D=D, page_size=page, seq_lens=seq,
              row_lengths=rows, strided=strided, **(scales[0] if scales else {}))
-    ref = _assert_same(c, splits, "tiled_wide")
+    ref = _assert_same(c, splits, variant)
     T = int(rows[0].max()) if rows is not None else seq[0]
     A = active_splits(T, splits)
     if A < splits:      # (where every split is active there is no unwritten one to look at)
         assert np.all(ref.partial[0, A:] == d2.SENTINEL) and np.all(ref.lse[0, A:] == d2.SENTINEL)
 
 
+@pytest.mark.parametrize("variant", WIDE_VARIANTS)
 @pytest.mark.parametrize("which", ["k_cache", "v_cache"])
-def test_tiled_wide_nan_codes_and_byte_path(which, monkeypatch):
+def test_wide_nan_codes_and_byte_path(which, variant, monkeypatch):
     """NaN codes in K or V, in a boundary tile (the masked PV path) and in a tile every row
     sees, through the byte path (forced) and the 16-byte path."""
     from dflash2_numba.attention import tiled
 
     c = _nan_case(32, 256, which, ((43, 200, 0x7F), (10, 3, 0xFF)))
-    _assert_same(c, 2, "tiled_wide")
+    _assert_same(c, 2, variant)
     monkeypatch.setattr(tiled, "_u32_view", lambda arr: None)
-    _assert_same(c, 2, "tiled_wide")
+    _assert_same(c, 2, variant)
 
 
 def test_tiled_wide_refuses_other_head_dims_before_any_launch():
