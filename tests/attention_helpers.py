@@ -8,6 +8,24 @@ from dflash2_numba.contract import FP32_REL_L2_BOUND
 from dflash2_numba.screen.variant_steps import fp16_oracle_problems
 
 
+def attention_variants_accepting(D):
+    """The registered attention variants (frozen included) whose ``supports`` accepts head
+    dim ``D`` in a production-like row layout (Q = 8, G = 6), in registration order: what a
+    test over every variant may run on its cases of that head dim."""
+    from dflash2_numba import _registry
+    from dflash2_numba._registry import UnsupportedShape
+
+    shape = dict(B=1, Q=8, Hq=6, Hkv=1, D=D, page_size=16, splits=4)
+    names = []
+    for name, v in _registry.variants("attention").items():
+        try:
+            v.supports(shape)
+        except UnsupportedShape:
+            continue
+        names.append(name)
+    return names
+
+
 def case(rng, **kw):
     """Keyword arguments for verify_attention / attention_reference (oracle's generator)."""
     return oracle.random_attention_case(rng, **kw)

@@ -14,23 +14,16 @@ import pytest
 import dflash2_numba as d2
 from dflash2_numba import _registry
 from dflash2_numba.contract import active_splits
-from tests.attention_helpers import case, decode_on_cpu, sentinel_run
+from tests.attention_helpers import (attention_variants_accepting, case, decode_on_cpu,
+                                     sentinel_run)
 
 
 def _bitwise_variants_accepting(D):
-    """The registered attention variants that must equal frozen byte for byte and accept head
-    dim ``D`` (a production-like row layout: Q = 8, G = 6), in registration order."""
-    shape = dict(B=1, Q=8, Hq=6, Hkv=1, D=D, page_size=16, splits=4)
-    names = []
-    for name, v in _registry.variants("attention").items():
-        if v.bitwise_reference != "frozen":
-            continue
-        try:
-            v.supports(shape)
-        except d2.UnsupportedShape:
-            continue
-        names.append(name)
-    return names
+    """Of :func:`attention_variants_accepting` (``D``), those that must equal frozen byte for
+    byte."""
+    registry = _registry.variants("attention")
+    return [n for n in attention_variants_accepting(D)
+            if registry[n].bitwise_reference == "frozen"]
 
 
 # Taken from the registry, so a new variant with bitwise_reference="frozen" is byte-tested
