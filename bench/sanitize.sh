@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck, racecheck and synccheck over bench/sanitize_cases.py, on a GPU.
-# SANITIZE_TOOLS picks the tools (initcheck too: kernel reads of never-written device memory;
-# the host copies of partly written buffers, e.g. attention's partial for idle splits, are not
-# checked; every case under initcheck takes longer than one 10-minute device call, so pass
-# --family / --variants).
+# SANITIZE_TOOLS picks the tools (initcheck too: kernel reads of never-written device memory.
+# It runs without host-API checks, so host copies of partly written buffers, e.g. attention's
+# partial for idle splits, are not flagged; with them a run over every case outlasted its 420 s
+# limit (GDN eleventh round). Without them every attention variant took 172 s and every GDN
+# variant 49 s on an H100, bench/RESULTS.md "Validation, session 45").
 # Usage: bash bench/sanitize.sh OUTDIR [sanitize_cases.py options, e.g. --family gdn]
 #        (logs: OUTDIR/sanitize_<tool>.log; summary on stdout)
 set -u

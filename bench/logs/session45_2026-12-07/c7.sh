@@ -1,0 +1,2 @@
+# call 7 (passed inline as the run command): memcheck, racecheck, synccheck of every GDN variant, then of the four attention variants call 1 left out
+source _run/head.sh; step san_gdn_all 200 bash bench/sanitize.sh $OUT/san_gdn_all --family gdn; step san_attention_rest 340 bash bench/sanitize.sh $OUT/san_attention_rest --family attention --variants frozen,tiled,tiled_compact,tiled_wide; for f in $OUT/san_*/*.log; do echo "$f $(grep -c '^attention\|^gdn' $f)"; grep '^ran' $f | cut -c1-200; done
