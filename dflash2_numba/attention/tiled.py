@@ -157,13 +157,12 @@ def _source(D, prefetch=True, u_pack=False):
     CPK = D // 16                    # 16-byte chunks per key row
     NCH = (TILE_KEYS * CPK) // NT    # chunks per thread per tile (D / 64)
     KSTEP = NT // CPK                # tile-key step between a thread's chunks
-    CGN = D // 4                     # PV column groups
     L = _smem_layout(D, u_pack)
     QS, QS_SL, KS, KS_SL = L["QS"], L["QS_SL"], L["KS"], L["KS_SL"]
     UV, U_RS, U_SL = L["UV"], L["U_RS"], L["U_SL"]
-    HS, LS, XS, T2, AS, LF = L["HS"], L["LS"], L["XS"], L["T2"], L["AS"], L["LF"]
+    HS, LS, T2, AS = L["HS"], L["LS"], L["T2"], L["AS"]
     SEEN, NANV = L["SEEN"], L["NANV"]
-    R8, C4 = range(8), range(4)
+    C4 = range(4)
     src = Source()
     e = src.e
 

@@ -187,12 +187,11 @@ def _source(D, VEC, defer_o=True, score_steps=8, pv_keys=8, score_depth=2, pv_de
     CPK = D // 16                    # 16-byte chunks per key row
     NCH = (TILE_KEYS * CPK) // NT    # chunks per thread per tile (D / 64)
     KSTEP = NT // CPK                # tile-key step between a thread's chunks
-    CGN = D // 4                     # PV column groups
     L = _smem_layout(D, k_perm, u_pack)
     QS, QS_SL, KS, KS_SL, VRS = L["QS"], L["QS_SL"], L["KS"], L["KS_SL"], L["VRS"]
     KVEC = k_perm and NCH == 4 and KSTEP == 8      # D = 256: a thread's chunks are adjacent
     UV, U_SL = L["UV"], L["U_SL"]
-    HS, LS, XS, T2, AS, LF = L["HS"], L["LS"], L["XS"], L["T2"], L["AS"], L["LF"]
+    HS, LS, T2, AS = L["HS"], L["LS"], L["T2"], L["AS"]
     SEEN, NANV = L["SEEN"], L["NANV"]
     lc_bits, lk_bits = load_role_bits(D)
     C4 = range(4)
