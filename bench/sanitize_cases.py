@@ -9,6 +9,7 @@ boundary, which runs only with ``--large``.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -55,68 +56,58 @@ def gdn_cases():
     return out
 
 
-def _families(family: str) -> dict:
-    """The registered variants of the families ``--family`` selects, by family."""
-    reg = {"attention": d2.attention_variants, "gdn": d2.gdn_variants}
-    return {f: list(reg[f]()) for f in (reg if family == "all" else [family])}
-
-
 def parse_args(argv=None) -> argparse.Namespace:
-    """The options, checked before any launch: every ``--variants`` name must be registered
-    in a selected family (a misspelt name would otherwise run nothing, and the sanitizer
-    would report a clean run)."""
+    """The options, checked before any launch: ``--variants`` is ``all`` or names registered
+    in a selected family (``dflash2_numba._cli.variant_list``, as the timing scripts check
+    theirs), else a usage error: a misspelt name would run nothing, and the sanitizer would
+    report a clean run. ``args.wanted`` holds the names."""
+    from dflash2_numba._cli import variant_list
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--large", action="store_true", help="also the 262144-token boundary")
     ap.add_argument("--family", choices=["attention", "gdn", "all"], default="all")
     ap.add_argument("--variants", default="all", help="'all' or comma-separated variant names")
     args = ap.parse_args(argv)
-    if args.variants == "all":
-        args.wanted = None
-        return args
-    names = args.variants.split(",")
-    known = {v for vs in _families(args.family).values() for v in vs}
-    if not names or any(not n for n in names):
-        ap.error(f"--variants: empty name in {args.variants!r}")
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        ap.error(f"--variants: {', '.join(unknown)} not registered in --family {args.family} "
-                 f"(registered: {', '.join(sorted(known))})")
-    args.wanted = set(names)
+    known = (list(d2.attention_variants()) if args.family != "gdn" else []) + \
+        (list(d2.gdn_variants()) if args.family != "attention" else [])
+    try:
+        args.wanted = set(variant_list(args.variants, known))
+    except ValueError as exc:
+        ap.error(f"--variants ({args.family}): {exc}")
     return args
+
+
+def selected_launches(args):
+    """(label, launch) of every selected variant on every case of the selected families,
+    attention first; the attention inputs come from one seeded generator, case by case, so
+    a case's inputs do not depend on the variants selected."""
+    rng = np.random.default_rng(1)
+    for name, kw, splits in (attention_cases(args.large) if args.family != "gdn" else []):
+        c = oracle.random_attention_case(rng, strided=False, **kw)
+        for variant in d2.attention_variants():
+            if variant in args.wanted:
+                yield (f"attention {variant:<16} {name}",
+                       functools.partial(d2.verify_attention, **c, splits=splits, variant=variant))
+    for name, c in (gdn_cases() if args.family != "attention" else []):
+        for variant in d2.gdn_variants():
+            if variant in args.wanted:
+                yield f"gdn {variant:<16} {name}", functools.partial(d2.gdn_prefill, **c, variant=variant)
 
 
 def main(argv=None) -> int:
     """Run every selected variant on every case once; exit 1 when no variant-case ran (every
     selected variant refused every case), so that an empty run never reads as a clean one."""
     args = parse_args(argv)
-    wanted = args.wanted
-    rng = np.random.default_rng(1)
     ran = 0
-    for name, kw, splits in (attention_cases(args.large) if args.family != "gdn" else []):
-        c = oracle.random_attention_case(rng, strided=False, **kw)
-        for variant in d2.attention_variants():
-            if wanted is not None and variant not in wanted:
-                continue
-            verdict = ""
-            try:
-                d2.verify_attention(**c, splits=splits, variant=variant)
-                cuda.synchronize()
-                ran += 1
-            except d2.UnsupportedShape:
-                verdict = "  (unsupported)"
-            print(f"attention {variant:<16} {name}{verdict}", flush=True)
-    for name, c in (gdn_cases() if args.family != "attention" else []):
-        for variant in d2.gdn_variants():
-            if wanted is not None and variant not in wanted:
-                continue
-            verdict = ""
-            try:
-                d2.gdn_prefill(**c, variant=variant)
-                cuda.synchronize()
-                ran += 1
-            except d2.UnsupportedShape:
-                verdict = "  (unsupported)"
-            print(f"gdn {variant:<16} {name}{verdict}", flush=True)
+    for label, launch in selected_launches(args):
+        verdict = ""
+        try:
+            launch()
+            cuda.synchronize()
+            ran += 1
+        except d2.UnsupportedShape:
+            verdict = "  (unsupported)"
+        print(label + verdict, flush=True)
     print(f"ran {ran} variant-cases; launches: {d2.route_counters()}")
     if ran == 0:
         print("error: no variant-case ran: the selection checks nothing", file=sys.stderr)
