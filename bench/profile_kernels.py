@@ -161,8 +161,7 @@ def mode_gdn(args, inputs):
     ref.launch()
     cuda.synchronize()
     ro, rs = (host(x) for x in ref.results())
-    variants = [v for v in args.variants.split(",") if v]
-    for name in variants:
+    for name in args.variant_names:
         call = plan(name)
         call.launch()
         cuda.synchronize()
@@ -327,6 +326,7 @@ def rec_sweep(args, plan, ro, rs):
     return rows
 
 
+LEAVE_OUT_VARIANTS = ("chunked_split", "chunked_ws")     # the state passes with leave-one-out forms
 LEAVE_OUT = ((0, "full"), (1, "no copies"), (2, "no phase-1 fma"), (4, "no phase-2 fma"),
              (6, "copies only"), (3, "phase-2 fma only"), (5, "phase-1 fma only"),
              (7, "loop + barriers only"))
@@ -336,7 +336,7 @@ def mode_leave_out(args, inputs):
     from bench import _state_leave_one_out as X
 
     rows = []
-    for variant in [v for v in args.variants.split(",") if v in ("chunked_split", "chunked_ws")]:
+    for variant in args.variant_names:
         call = d2.plan_gdn(**inputs, variant=variant, check_values=False)
         call.launch()
         cuda.synchronize()
@@ -565,6 +565,16 @@ def main(argv=None):
     ap.add_argument("--inner", type=int, default=3)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
+    if args.mode in ("gdn", "leave-out"):
+        # checked before any work: a misspelt name would otherwise be dropped (leave-out) or
+        # fail after the reference call's launch (gdn)
+        from dflash2_numba._cli import variant_list
+
+        known = LEAVE_OUT_VARIANTS if args.mode == "leave-out" else list(d2.gdn_variants())
+        try:
+            args.variant_names = variant_list(args.variants, known)
+        except ValueError as exc:
+            ap.error(f"--variants ({args.mode}): {exc}")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.mode == "attn-once":
         rows = mode_attn_once(args)

@@ -1,7 +1,8 @@
 """The timing experiments of bench/ built from the package's own kernels: the leave-one-out
 and phase-clock copies of the staged state passes (``chunked_split``, ``chunked_ws``,
 ``chunked_wsr``) must compute their variant's bytes exactly, the L2 copy-ceiling kernel must
-move exact bytes, and the phase-clock summary must read the right stamps."""
+move exact bytes, the phase-clock summary must read the right stamps, and
+``bench/profile_kernels.py`` must check its ``--variants`` before any work."""
 import os
 
 import numpy as np
@@ -672,3 +673,42 @@ def test_attn_ab_rebuilds_give_the_registered_bytes():
                               attn_options="score_steps=8;pv_pairs=1", rounds=1, reps=1, inner=1)
     rows = P.mode_attn_ab(args)
     assert [r["same_bytes"] for r in rows] == [True, True], rows
+
+
+@pytest.mark.parametrize("argv,named", [
+    (["leave-out", "--variants", "chunked_rec"], "chunked_rec"),   # registered, no leave-out form
+    (["leave-out", "--variants", "chunked_sp1it"], "chunked_sp1it"),
+    (["gdn", "--variants", "chunked_aheda"], "chunked_aheda"),
+    (["gdn", "--variants", ","], "no name"),
+])
+def test_profile_variants_are_checked_before_any_work(argv, named, tmp_path, capsys):
+    """bench/profile_kernels.py's ``--variants``: leave-out mode used to drop names without
+    a leave-one-out form (a run of nothing), gdn mode to fail only after the reference
+    call's launch. Both are usage errors now, before the output folder is made."""
+    from bench.profile_kernels import main
+
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--out", str(out)])
+    assert exc.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"--variants ({argv[0]})" in last and named in last, last
+    assert not out.exists()
+
+
+def test_profile_variants_reach_their_mode(monkeypatch, tmp_path):
+    """The names a mode is given reach it, in the order given: the defaults, both leave-out
+    forms, and ``all`` (every registered GDN variant in gdn mode)."""
+    import dflash2_numba as d2
+    from bench import profile_kernels as P
+
+    seen = []
+    monkeypatch.setattr(P, "gdn_inputs", lambda T: {})
+    for mode in ("mode_gdn", "mode_leave_out"):
+        monkeypatch.setattr(P, mode, lambda args, inputs: seen.append(args.variant_names) or [])
+    for argv, names in [(["gdn"], ["chunked_split", "chunked_ws", "chunked_pipe"]),
+                        (["gdn", "--variants", "all"], list(d2.gdn_variants())),
+                        (["leave-out", "--variants", "chunked_ws,chunked_split"],
+                         ["chunked_ws", "chunked_split"])]:
+        assert P.main([*argv, "--out", str(tmp_path)]) == 0
+        assert seen.pop() == names
