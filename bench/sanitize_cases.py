@@ -98,6 +98,7 @@ def main(argv=None) -> int:
     """Run every selected variant on every case once; exit 1 when no variant-case ran (every
     selected variant refused every case), so that an empty run never reads as a clean one."""
     args = parse_args(argv)
+    d2.route_counters(reset=True)       # the launches printed at the end are this run's
     ran = 0
     for label, launch in selected_launches(args):
         verdict = ""
