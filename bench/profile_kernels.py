@@ -327,6 +327,7 @@ def rec_sweep(args, plan, ro, rs):
 
 
 LEAVE_OUT_VARIANTS = ("chunked_split", "chunked_ws")     # the state passes with leave-one-out forms
+GDN_MODE_VARIANTS = "chunked_split,chunked_ws,chunked_pipe"   # gdn mode's default --variants
 LEAVE_OUT = ((0, "full"), (1, "no copies"), (2, "no phase-1 fma"), (4, "no phase-2 fma"),
              (6, "copies only"), (3, "phase-2 fma only"), (5, "phase-1 fma only"),
              (7, "loop + barriers only"))
@@ -542,8 +543,10 @@ def main(argv=None):
     ap.add_argument("--prep-solve", default="",
                     help="gdn mode: pre-pass forms to A/B in chunked_rec_pipe, SOLVE or "
                          "SOLVE+WU (step 4 / step 5 forms), e.g. cols4,cols8,cols8+tile4")
-    ap.add_argument("--variants", default="chunked_split,chunked_ws,chunked_pipe",
-                    help="gdn mode: the variants checked byte for byte and timed")
+    ap.add_argument("--variants", default=None,
+                    help="gdn mode: the variants checked byte for byte and timed (default "
+                         "chunked_split,chunked_ws,chunked_pipe); leave-out mode: the state "
+                         "passes timed with parts left out (default both, chunked_split,chunked_ws)")
     ap.add_argument("--clock-chunks", default="256:264",
                     help="phase-clock: the chunks LO:HI whose stamps are kept")
     ap.add_argument("--gdn-variant", default="chunked_split", help="gdn-once: the variant")
@@ -571,8 +574,9 @@ def main(argv=None):
         from dflash2_numba._cli import variant_list
 
         known = LEAVE_OUT_VARIANTS if args.mode == "leave-out" else list(d2.gdn_variants())
+        default = ",".join(LEAVE_OUT_VARIANTS) if args.mode == "leave-out" else GDN_MODE_VARIANTS
         try:
-            args.variant_names = variant_list(args.variants, known)
+            args.variant_names = variant_list(default if args.variants is None else args.variants, known)
         except ValueError as exc:
             ap.error(f"--variants ({args.mode}): {exc}")
     Path(args.out).mkdir(parents=True, exist_ok=True)

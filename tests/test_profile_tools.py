@@ -680,6 +680,7 @@ def test_attn_ab_rebuilds_give_the_registered_bytes():
     (["leave-out", "--variants", "chunked_sp1it"], "chunked_sp1it"),
     (["gdn", "--variants", "chunked_aheda"], "chunked_aheda"),
     (["gdn", "--variants", ","], "no name"),
+    (["leave-out", "--variants", ""], "no name"),                  # not the default
 ])
 def test_profile_variants_are_checked_before_any_work(argv, named, tmp_path, capsys):
     """bench/profile_kernels.py's ``--variants``: leave-out mode used to drop names without
@@ -697,8 +698,9 @@ def test_profile_variants_are_checked_before_any_work(argv, named, tmp_path, cap
 
 
 def test_profile_variants_reach_their_mode(monkeypatch, tmp_path):
-    """The names a mode is given reach it, in the order given: the defaults, both leave-out
-    forms, and ``all`` (every registered GDN variant in gdn mode)."""
+    """The names a mode is given reach it, in the order given: each mode's default (leave-out
+    mode's is its two forms, so ``profile_kernels.py leave-out`` runs as it always did),
+    both leave-out forms, and ``all`` (every registered GDN variant in gdn mode)."""
     import dflash2_numba as d2
     from bench import profile_kernels as P
 
@@ -707,6 +709,7 @@ def test_profile_variants_reach_their_mode(monkeypatch, tmp_path):
     for mode in ("mode_gdn", "mode_leave_out"):
         monkeypatch.setattr(P, mode, lambda args, inputs: seen.append(args.variant_names) or [])
     for argv, names in [(["gdn"], ["chunked_split", "chunked_ws", "chunked_pipe"]),
+                        (["leave-out"], ["chunked_split", "chunked_ws"]),   # its own default
                         (["gdn", "--variants", "all"], list(d2.gdn_variants())),
                         (["leave-out", "--variants", "chunked_ws,chunked_split"],
                          ["chunked_ws", "chunked_split"])]:
