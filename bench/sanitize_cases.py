@@ -78,20 +78,22 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def selected_launches(args):
-    """(label, launch) of every selected variant on every case of the selected families,
-    attention first; the attention inputs come from one seeded generator, case by case, so
-    a case's inputs do not depend on the variants selected."""
+    """(label, launch) of every selected variant on every case of its family, attention
+    first. A family none of whose variants is selected builds no case (``--family all
+    --variants chunked`` makes no 262144-token cache); the attention inputs come from one
+    seeded generator, case by case, so a case's inputs do not depend on which attention
+    variants are selected."""
+    attention = [v for v in d2.attention_variants() if v in args.wanted]
+    gdn = [v for v in d2.gdn_variants() if v in args.wanted]
     rng = np.random.default_rng(1)
-    for name, kw, splits in (attention_cases(args.large) if args.family != "gdn" else []):
+    for name, kw, splits in (attention_cases(args.large) if attention else []):
         c = oracle.random_attention_case(rng, strided=False, **kw)
-        for variant in d2.attention_variants():
-            if variant in args.wanted:
-                yield (f"attention {variant:<16} {name}",
-                       functools.partial(d2.verify_attention, **c, splits=splits, variant=variant))
-    for name, c in (gdn_cases() if args.family != "attention" else []):
-        for variant in d2.gdn_variants():
-            if variant in args.wanted:
-                yield f"gdn {variant:<16} {name}", functools.partial(d2.gdn_prefill, **c, variant=variant)
+        for variant in attention:
+            yield (f"attention {variant:<16} {name}",
+                   functools.partial(d2.verify_attention, **c, splits=splits, variant=variant))
+    for name, c in (gdn_cases() if gdn else []):
+        for variant in gdn:
+            yield f"gdn {variant:<16} {name}", functools.partial(d2.gdn_prefill, **c, variant=variant)
 
 
 def main(argv=None) -> int:

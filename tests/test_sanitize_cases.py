@@ -87,3 +87,18 @@ def test_large_adds_only_the_boundary_case(sanitize_cases):
     assert [c[0] for c in large[:-1]] == [c[0] for c in small] and len(small) == 9
     name, kw, splits = large[-1]
     assert name == "q8 T=262144 page=3296" and kw["seq_lens"] == [262144] and splits == 80
+
+
+def test_an_unselected_family_builds_no_case(sanitize_cases, monkeypatch, capsys):
+    """``--family all`` with GDN names only: no attention case is built (with ``--large``
+    that would be a 262144-token cache for nothing), and the GDN case runs."""
+    S = sanitize_cases
+
+    def no_attention_case(large):
+        raise AssertionError("an attention case was built with no attention variant selected")
+
+    first_gdn_case = S.gdn_cases()[:1]
+    monkeypatch.setattr(S, "attention_cases", no_attention_case)
+    monkeypatch.setattr(S, "gdn_cases", lambda: first_gdn_case)
+    assert S.main(["--large", "--variants", "chunked"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "gdn chunked          T=1"
