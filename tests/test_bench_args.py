@@ -13,18 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.bench_helpers import run_bench_script
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _run(script, args, tmp_path, simulator=True):
-    env = dict(os.environ)
-    env.pop("OUT", None)
-    if simulator:
-        env["NUMBA_ENABLE_CUDASIM"] = "1"
-    else:
-        env.pop("NUMBA_ENABLE_CUDASIM", None)
-    return subprocess.run([sys.executable, str(REPO / "bench" / script), *args], cwd=str(tmp_path),
-                          env=env, capture_output=True, text=True, timeout=300)
+    return run_bench_script(script, args, tmp_path, simulator=simulator, timeout=300)
 
 
 BAD = [

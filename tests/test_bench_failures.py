@@ -6,13 +6,13 @@ oracle is swapped for a wrong one."""
 from __future__ import annotations
 
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.bench_helpers import run_bench_script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,13 +25,6 @@ def bench(monkeypatch):
     from bench import _common as C
 
     return C
-
-
-def _run(script, args, tmp_path):
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env.pop("OUT", None)
-    return subprocess.run([sys.executable, str(REPO / "bench" / script), *args], cwd=str(tmp_path),
-                          env=env, capture_output=True, text=True, timeout=600)
 
 
 def test_accuracy_failures_judge_variants_only(bench):
@@ -81,8 +74,8 @@ def test_a_ceiling_not_measured_is_a_failure(bench):
 @pytest.mark.parametrize("script,variant", [("attention.py", "frozen"), ("gdn.py", "chunked")])
 def test_a_budget_that_skips_everything_is_a_failure(script, variant, tmp_path):
     out = tmp_path / "out"
-    proc = _run(script, ["--smoke", "--out", str(out), "--variants", variant, "--no-peers",
-                         "--budget-s", "0.001"], tmp_path)
+    proc = run_bench_script(script, ["--smoke", "--out", str(out), "--variants", variant,
+                                     "--no-peers", "--budget-s", "0.001"], tmp_path)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     failed = proc.stdout[proc.stdout.index("FAILED"):]
     assert "skipped" in failed and "no accuracy check" in failed, failed

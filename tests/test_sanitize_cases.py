@@ -5,14 +5,11 @@ and the cases launch through the public API (GDN's one-token case, on the simula
 from __future__ import annotations
 
 import ast
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.bench_helpers import REPO, run_bench_script
 
 
 @pytest.fixture
@@ -33,10 +30,8 @@ BAD = [
 
 
 @pytest.mark.parametrize("args,named", BAD, ids=[" ".join(b[0]) for b in BAD])
-def test_unregistered_variant_is_a_usage_error(args, named):
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "sanitize_cases.py"), *args],
-                          env=env, capture_output=True, text=True, timeout=300)
+def test_unregistered_variant_is_a_usage_error(args, named, tmp_path):
+    proc = run_bench_script("sanitize_cases.py", args, tmp_path)    # on the simulator
     assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert "error: --variants" in last and named in last and "known: " in last, last
