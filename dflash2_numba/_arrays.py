@@ -14,6 +14,7 @@ stride, range) and name the argument.
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence, Tuple
 
@@ -131,12 +132,19 @@ def as_array_arg(x: Any, name: str) -> ArrayArg:
         kind = _kind_of(x) or KIND_CAI
         return ArrayArg(name, x, kind, shape, dtype, tuple(int(s) for s in strides))
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
-        dev_type, _ = x.__dlpack_device__()
-        if int(dev_type) == 1:  # kDLCPU
-            a = np.from_dlpack(x)
-            arg = as_array_arg(a, name)
-            return arg
-        if int(dev_type) in (2, 13):  # kDLCUDA, kDLCUDAManaged
+        try:
+            dev_type = int(x.__dlpack_device__()[0])
+        except Exception as exc:   # noqa: BLE001  (whatever the object's own method raises)
+            raise TypeError(f"{name}: {type(x).__name__}.__dlpack_device__() failed "
+                            f"({type(exc).__name__}: {exc})") from None
+        if dev_type == 1:  # kDLCPU
+            try:
+                a = np.from_dlpack(x)
+            except Exception as exc:   # noqa: BLE001  (numpy: RuntimeError for a dtype it lacks)
+                raise TypeError(f"{name}: a host DLPack array numpy cannot read "
+                                f"({type(exc).__name__}: {exc})") from None
+            return as_array_arg(a, name)
+        if dev_type in (2, 13):  # kDLCUDA, kDLCUDAManaged
             if SIMULATOR:
                 raise _unreachable_on_simulator(name, x, "DLPack")
             from cuda.core.utils import StridedMemoryView
@@ -197,6 +205,46 @@ def check_nonnegative_strides(a: ArrayArg) -> None:
     index arrays make), take non-negative strides only."""
     if a.kind != KIND_NUMPY and any(s < 0 for s in a.strides):
         raise ValueError(f"{a.name}: negative strides are not supported, got {a.strides}")
+
+
+_OVERLAP_EXACT_LIMIT = 1 << 22   # elements: above it an interleaved layout is refused unread
+
+
+def elements_overlap(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> bool:
+    """Whether two elements of an array of this shape and (byte) strides share memory: a
+    zero stride (``broadcast_to``) or strides that fold one dimension onto another
+    (``as_strided``). Nested layouts (any permutation or slicing of a contiguous array: each
+    stride, by size, past the span of the smaller ones) are decided from the strides alone;
+    any other layout of up to ``_OVERLAP_EXACT_LIMIT`` elements by its elements' offsets,
+    and a larger one counts as overlapping."""
+    dims = sorted((abs(int(st)), int(n)) for n, st in zip(shape, strides) if int(n) > 1)
+    if any(int(n) == 0 for n in shape):
+        return False
+    span = itemsize
+    for st, n in dims:
+        if st < span:
+            break
+        span += st * (n - 1)
+    else:
+        return False
+    size = int(np.prod([n for _, n in dims], dtype=np.int64))
+    if size > _OVERLAP_EXACT_LIMIT:
+        return True
+    offsets = np.zeros(1, dtype=np.int64)
+    for st, n in dims:
+        offsets = (offsets[:, None] + st * np.arange(n, dtype=np.int64)).ravel()
+    offsets.sort()
+    return bool(np.any(np.diff(offsets) < itemsize))
+
+
+def check_elements_disjoint(a: ArrayArg) -> None:
+    """``ValueError`` naming ``a`` when two of its elements share memory
+    (:func:`elements_overlap`): for a host array the call writes element by element (a
+    numpy ``state_cache``), where one final state would overwrite another."""
+    if elements_overlap(a.shape, a.strides, a.itemsize):
+        raise ValueError(f"{a.name}: elements share memory (strides {a.strides} for shape "
+                         f"{a.shape}); the call writes into it, so pass an array whose "
+                         f"elements are separate memory")
 
 
 def is_c_contiguous(a: ArrayArg) -> bool:
@@ -314,14 +362,28 @@ def check_disjoint(name: str, arr: Any, others: Iterable[Tuple[str, Any]]) -> No
                 f"and [{o[0]:#x}, {o[1]:#x})); pass separate buffers")
 
 
+def int_text(n: int) -> str:
+    """``n`` as text for a message: its digits, or ``about 2**k`` past 30 digits (Python
+    refuses ``str`` of an int past 4300 digits, and such digits say nothing)."""
+    n = int(n)
+    if abs(n) < 10 ** 30:
+        return str(n)
+    return f"about {'-' if n < 0 else ''}2**{abs(n).bit_length() - 1}"
+
+
+def _not_a_number(value) -> bool:
+    """What is no real number here: bool, and ``np.timedelta64`` (numpy makes it an integer
+    subclass, so it would pass an ``np.integer`` check)."""
+    return isinstance(value, (bool, np.bool_, np.timedelta64))
+
+
 def check_finite_scalar(value, name: str, positive: bool = False) -> np.float32:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if _not_a_number(value) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
     try:
         v = float(value)
     except OverflowError:            # an int past float64's range (10 ** 400)
-        raise ValueError(f"{name}: must be finite in float32, got an int of {len(str(abs(value)))} "
-                         f"digits") from None
+        raise ValueError(f"{name}: must be finite in float32, got {int_text(value)}") from None
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)   # 1e39 -> inf is what we test for
         v32 = np.float32(v)
@@ -352,23 +414,24 @@ def first_offender(values: np.ndarray, ok: np.ndarray):
     return idx, values[idx]
 
 
-def check_all_finite(a: ArrayArg, hint: str = "", stream=0) -> None:
+def check_all_finite(a: ArrayArg, hint: str = "", stream=0) -> np.ndarray:
     """Every value finite (copies device arrays to the host on ``stream``); names the first
-    offender."""
+    offender. Returns the values read (for further checks without a second copy)."""
     values = np.asarray(a.host_values(stream))
     found = first_offender(values, np.isfinite(values))
     if found is not None:
         raise ValueError(f"{a.name}: must be finite; found {found[1]!r} at index {found[0]}{hint}")
+    return values
 
 
 def check_positive_int(value, name: str, lo: int = 1, hi: Optional[int] = None) -> int:
     """``value`` as an int in ``lo .. hi`` (``hi`` None: no upper bound); bool is not an int."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    if _not_a_number(value) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
     if int(value) < lo:
-        raise ValueError(f"{name}: must be >= {lo}, got {value}")
+        raise ValueError(f"{name}: must be >= {lo}, got {int_text(value)}")
     if hi is not None and int(value) > hi:
-        raise ValueError(f"{name}: must be <= {hi}, got {value}")
+        raise ValueError(f"{name}: must be <= {hi}, got {int_text(value)}")
     return int(value)
 
 
@@ -408,6 +471,29 @@ def allocate(shape, dtype, stream, sized_by: str):
                          f"which cannot be allocated ({type(exc).__name__})") from None
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says memory ran out: numpy's / Python's ``MemoryError`` (host), or
+    the driver's ``CUDA_ERROR_OUT_OF_MEMORY`` (numba's ``CudaAPIError``)."""
+    if isinstance(exc, MemoryError):
+        return True
+    return type(exc).__name__ == "CudaAPIError" and "OUT_OF_MEMORY" in str(exc).upper()
+
+
+@contextmanager
+def memory_named(sized_by: str, what: str):
+    """Turn running out of memory inside the block (a host copy, a value check's temporary,
+    a variant's scratch; :func:`is_out_of_memory`) into a ``ValueError`` naming
+    ``sized_by``, the arguments whose sizes set how much ``what`` needs; every other error
+    passes unchanged."""
+    try:
+        yield
+    except Exception as exc:   # noqa: BLE001  (re-raised unless it is out of memory)
+        if not is_out_of_memory(exc):
+            raise
+        raise ValueError(f"{sized_by}: not enough memory for {what} "
+                         f"({type(exc).__name__}: {exc})") from None
+
+
 def result_like(kind: str, dev_array, stream=0):
     """Return ``dev_array`` as the kind of array the caller passed in."""
     if kind == KIND_NUMPY:
@@ -438,6 +524,17 @@ def _external(handle: int):
     return cuda.external_stream(handle)
 
 
+def _handle_stream(handle, what: str, zero_is_default: bool):
+    """The stream of a raw handle that ``what`` (a stream object's attribute or protocol
+    method) gave: an int (not a bool, not a float that ``int()`` would truncate); handle 0
+    is numba's default stream where ``zero_is_default``, else an external stream of it."""
+    if isinstance(handle, (bool, np.bool_)) or not isinstance(handle, (int, np.integer)):
+        raise TypeError(f"stream: {what} must give an int handle, got {type(handle).__name__}")
+    if zero_is_default and int(handle) == 0:
+        return 0
+    return _external(int(handle))
+
+
 def resolve_stream(stream):
     """numba stream (the simulator's included), torch/cupy stream, an object with the CUDA
     stream protocol (``__cuda_stream__() -> (version, handle)``, e.g. ``cuda.core.Stream``),
@@ -454,16 +551,17 @@ def resolve_stream(stream):
     if hasattr(stream, "handle") and type(stream).__module__.startswith("numba"):
         return stream
     if hasattr(stream, "__cuda_stream__"):
+        what = f"{type(stream).__name__}.__cuda_stream__()"
         try:
             version, handle = stream.__cuda_stream__()
-            handle = int(handle)
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"stream: {type(stream).__name__}.__cuda_stream__() must return "
-                            f"(version, handle), failed with {e}") from None
-        return 0 if handle == 0 else _external(handle)
+        except Exception as e:   # noqa: BLE001  (whatever the object's own method raises)
+            raise TypeError(f"stream: {what} must return (version, handle), failed with "
+                            f"{type(e).__name__}: {e}") from None
+        return _handle_stream(handle, what, True)
     for attr in ("cuda_stream", "ptr"):
         if hasattr(stream, attr):
-            return _external(int(getattr(stream, attr)))
+            return _handle_stream(getattr(stream, attr), f"{type(stream).__name__}.{attr}",
+                                  False)
     if isinstance(stream, (int, np.integer)):
         return _external(int(stream))
     raise TypeError(f"stream: expected a numba, torch or cupy stream, an object with __cuda_stream__, "

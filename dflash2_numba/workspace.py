@@ -8,11 +8,12 @@ every guard element still holds the sentinel (nothing wrote outside its buffer).
 """
 from __future__ import annotations
 
+import math
 from typing import Dict
 
 import numpy as np
 
-from ._arrays import check_dtype_choice, check_positive_int
+from ._arrays import check_dtype_choice, check_positive_int, int_text, resolve_stream
 from ._compat import cuda
 from .contract import (ATTENTION_OUT_DTYPES, DEFAULT_SPLITS, HEAD_DIMS, MAX_LOGICAL_SPLITS, MAX_Q,
                        SENTINEL)
@@ -29,7 +30,7 @@ class GuardedBuffer:
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.guard = int(guard)
-        self.size = int(np.prod(self.shape))
+        self.size = math.prod(self.shape)    # (Python ints: np.prod wraps past int64)
         self.flat = cuda.device_array(self.size + 2 * self.guard, dtype=self.dtype)
         self.view = self.flat[self.guard:self.guard + self.size].reshape(self.shape)
         self._host_sentinel = None
@@ -72,15 +73,15 @@ class AttentionWorkspace:
         B, S, Q, H, D = self.batch, self.splits, self.q_len, self.heads, self.head_dim
         shapes = {"partial": ((B, S, Q, H, D), np.float32), "lse": ((B, S, Q, H, 2), np.float32),
                   "out": ((B, Q, H, D), self.out_dtype)}
-        nbytes = sum((int(np.prod(sh)) + 2 * g) * np.dtype(dt).itemsize
+        nbytes = sum((math.prod(sh) + 2 * g) * np.dtype(dt).itemsize
                      for sh, dt in shapes.values())
         try:
             self._buffers: Dict[str, GuardedBuffer] = {
                 name: GuardedBuffer(sh, dt, g) for name, (sh, dt) in shapes.items()}
         except Exception as exc:   # noqa: BLE001  (numpy / the driver: out of memory)
             raise ValueError(f"batch, splits, q_len, heads, head_dim: the workspace needs "
-                             f"{nbytes} bytes, which cannot be allocated ({type(exc).__name__})"
-                             ) from None
+                             f"{int_text(nbytes)} bytes, which cannot be allocated "
+                             f"({type(exc).__name__})") from None
 
     @property
     def partial(self):
@@ -95,9 +96,12 @@ class AttentionWorkspace:
         return self._buffers["out"].view
 
     def fill_sentinel(self, stream=0) -> "AttentionWorkspace":
-        """-777.0 in every element of every buffer, guards included."""
+        """-777.0 in every element of every buffer, guards included, copied on ``stream``
+        (any stream ``verify_attention`` takes; ``TypeError`` / ``ValueError`` naming
+        ``stream`` otherwise, before anything is written)."""
+        strm = resolve_stream(stream)
         for buf in self._buffers.values():
-            buf.fill(stream)
+            buf.fill(strm)
         return self
 
     def guards_intact(self) -> bool:

@@ -1,5 +1,7 @@
 """Every bad argument to verify_attention raises TypeError/ValueError naming it, before any
 launch, and leaves caller buffers untouched."""
+import re
+
 import numpy as np
 import pytest
 
@@ -85,6 +87,41 @@ def test_scales(good):
     _bad(good, "v_scale", v_scale=-1.0)
     _bad(good, "v_scale", exc=TypeError, v_scale="1")
     _bad(good, "scale", scale=1e30, k_scale=1e30)
+    # an int past Python's 4300-digit str limit is still named (the message gave the digits)
+    _bad(good, "^scale: must be finite in float32, got about 2\\*\\*16609", scale=10 ** 5000)
+    # numpy makes timedelta64 an integer subclass: it is no scale and no count
+    _bad(good, "^scale: expected a real number", exc=TypeError, scale=np.timedelta64(1))
+    _bad(good, "^v_scale: expected a real number", exc=TypeError, v_scale=np.timedelta64(1, "s"))
+    _bad(good, "^splits: expected an int", exc=TypeError, splits=np.timedelta64(2))
+
+
+def test_a_scale_whose_scores_can_leave_the_contracts_range_is_refused(good):
+    """``|scale * k_scale| * sum|q| * 448`` bounds every score; at 1e20 and past it a key
+    could score below the masked keys' -1e30 or the scores overflow (contract A's own
+    arithmetic then gives zeros where the FP64 oracle gives the softmax): refused naming
+    ``scale``, the row and the bound. Just below the bound the call runs and matches the
+    oracle."""
+    import oracle
+    from dflash2_numba.attention.api import E4M3_MAX, SCORE_LIMIT
+
+    l1 = np.abs(good["q"].astype(np.float64)).sum(axis=-1)
+    row = tuple(int(i) for i in np.unravel_index(int(np.argmax(l1)), l1.shape))
+    edge = SCORE_LIMIT / (float(l1.max()) * E4M3_MAX)
+    _bad(good, rf"^scale: scale \* k_scale = .* with q row {re.escape(str(row))} \(sum \|q\| "
+               rf"= .*past the 1e\+20", scale=edge * 1.01)
+    _bad(good, "^scale: ", scale=1.0, k_scale=edge * 1.01)
+    _bad(good, "^scale: ", scale=-edge * 1.01)
+    # what the check keeps out: there the contract's own arithmetic (the frozen kernel's
+    # bits, emulated) is far from the FP64 softmax (scores overflow: some rows give zeros)
+    from dflash2_numba.attention.emulate import emulate_attention
+
+    huge = dict(good, scale=1e37)
+    em = emulate_attention(**huge, splits=4, out_dtype="float32")
+    assert oracle.rel_l2(em.out, oracle.attention_reference(**huge)) > 0.1
+    assert (em.out == 0).all(axis=-1).any()
+    ok = dict(good, scale=edge * 0.99)
+    res = d2.verify_attention(**ok, splits=4, out_dtype="float32")
+    assert oracle.rel_l2(res.out, oracle.attention_reference(**ok)) < 1e-5
 
 
 def test_splits_variant_out_dtype(good):
@@ -137,6 +174,51 @@ def test_non_finite_q_is_an_error(good):
     _bad(good, "q: must be finite", q=q)
     q[1, 0, 1, 5] = np.inf
     _bad(good, "q: must be finite", q=q)
+
+
+def test_empty_cache_dimensions_are_named_as_such(good):
+    """numpy gives an empty array zero strides: the reason is the empty dimension, not the
+    stride."""
+    for shape in [(0, 8, 1, 64), (4, 0, 1, 64), (4, 8, 0, 64)]:
+        empty = np.zeros(shape, np.uint8)
+        _bad(good, r"^k_cache: every dimension must be >= 1", k_cache=empty, v_cache=empty)
+    _bad(good, r"^v_cache: every dimension must be >= 1", v_cache=np.zeros((0, 8, 1, 64), np.uint8))
+
+
+def test_inputs_the_call_cannot_copy_name_themselves(good):
+    """A numpy cache or block table the call cannot copy to the device (broadcast views of
+    2**38 pages / 2**42 columns: no memory of their own) is a ValueError naming it, not a
+    bare MemoryError."""
+    big = np.broadcast_to(np.zeros((1, 1, 1, 64), np.uint8), (2 ** 38, 8, 1, 64))
+    _bad(good, r"^k_cache: not enough memory for its device copy \(MemoryError",
+         k_cache=big, v_cache=big, workspace=None)
+    wide = np.broadcast_to(np.zeros((1, 1), np.int32), (2, 2 ** 42))
+    _bad(good, r"^block_table: not enough memory for its device copy", block_table=wide,
+         workspace=None)
+
+
+def test_workspace_sizes_past_int64_and_streams():
+    """Workspace sizes are counted in Python ints (np.prod wrapped past int64 and told a
+    wrong byte count); an int past 4300 digits is named by its size; ``fill_sentinel``
+    checks its stream like every call does."""
+    for kw, msg in [(dict(batch=2 ** 63 - 1), r"needs 24202128224706931718848 bytes"),
+                    (dict(batch=2 ** 40, heads=2 ** 24), r"needs \d{22,} bytes"),
+                    (dict(batch=10 ** 5000), r"needs about 2\*\*16620 bytes")]:
+        args = dict(batch=1, q_len=2, heads=2, head_dim=64, splits=2)
+        args.update(kw)
+        with pytest.raises(ValueError, match="^batch, splits, q_len, heads, head_dim: the "
+                                             "workspace " + msg):
+            d2.AttentionWorkspace(**args)
+    with pytest.raises(TypeError, match="^batch: expected an int"):
+        d2.AttentionWorkspace(batch=np.timedelta64(1), q_len=2, heads=2, head_dim=64)
+    ws = d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, splits=2)
+    for bad in ("x", 1.5, True, object()):
+        with pytest.raises(TypeError, match="^stream: "):
+            ws.fill_sentinel(stream=bad)
+    with pytest.raises(ValueError, match="^stream: "):
+        ws.fill_sentinel(stream=-1)
+    ws.fill_sentinel(stream=None)
+    assert ws.guards_intact() and (ws.partial.copy_to_host() == SENTINEL).all()
 
 
 def test_workspace_arguments():

@@ -6,7 +6,7 @@ import pytest
 import oracle
 from dflash2_numba import _registry
 from dflash2_numba._compat import cuda
-from dflash2_numba.gdn import gdn_prefill
+from dflash2_numba.gdn import gdn_prefill, plan_gdn
 
 SENT = np.float32(-777.0)
 
@@ -139,6 +139,11 @@ CACHE_BAD = [
     ("cache-shape", lambda c, s: dict(state_cache=np.full((4, 1, 32, 32), SENT, np.float32),
                                       state_indices=np.array([0, 1], np.int32)),
      ValueError, "state_cache"),
+    # a numpy cache is written back slot by slot: slots that share memory would lose a state
+    ("cache-shared-slots", lambda c, s: dict(
+        state_cache=np.lib.stride_tricks.as_strided(s, s.shape, (0,) + s.strides[1:],
+                                                    writeable=True),
+        state_indices=np.array([0, 1], np.int32)), ValueError, "state_cache"),
     ("late-g", lambda c, s: dict(state_cache=s, state_indices=np.array([0, 1], np.int32),
                                  g=np.full_like(c["g"], 0.25)), ValueError, "g"),
 ]
@@ -275,12 +280,94 @@ def test_a_buffer_the_call_cannot_allocate_names_what_sizes_it():
     assert _registry.route_counters() == {}
 
 
+def test_host_memory_the_call_cannot_have_names_what_sizes_it():
+    """Inputs of 2**34 tokens (broadcast views: no memory of their own): the value check's
+    temporaries, or with it off the compact host copies, cannot be allocated. Each is a
+    ValueError naming the arguments that size it, not a bare MemoryError, and nothing is
+    launched."""
+    T = 2 ** 34
+    q = np.broadcast_to(np.float16(0.5), (1, T, 1, 32))
+    v = np.broadcast_to(np.float16(0.5), (1, T, 2, 32))
+    g = np.broadcast_to(np.float32(-0.1), (1, T, 2))
+    beta = np.broadcast_to(np.float32(0.5), (1, T, 2))
+    _registry.route_counters(reset=True)
+    with pytest.raises(ValueError, match=r"^q, k, v, g, beta: not enough memory for the host "
+                                         r"value check \(check_values=False skips it\)"):
+        plan_gdn(q, q, v, g, beta)
+    with pytest.raises(ValueError, match=r"^q, k, v: not enough memory for the call's device "
+                                         r"copies and scratch \(MemoryError"):
+        plan_gdn(q, q, v, g, beta, check_values=False)
+    assert _registry.route_counters() == {}
+
+
+@pytest.mark.parametrize("variant", ["chunked_split", "chunked_rec"])
+def test_a_variants_scratch_the_call_cannot_have_names_what_sizes_it(variant, monkeypatch):
+    """A pre-pass variant's plan-time scratch (``prepare``) that cannot be allocated is the
+    same ValueError (it was a bare MemoryError from the variant's own allocation)."""
+    from dflash2_numba.gdn import chunked_split
+
+    def no_memory(*a, **k):
+        raise MemoryError("Unable to allocate 177. MiB")
+
+    monkeypatch.setattr(chunked_split, "device_zeros", no_memory)
+    with pytest.raises(ValueError, match=r"^q, k, v: not enough memory for the call's device "
+                                         r"copies and scratch \(MemoryError: Unable"):
+        plan_gdn(**base_case(), variant=variant)
+
+
+def test_out_of_memory_is_told_apart_from_other_errors():
+    from dflash2_numba._arrays import is_out_of_memory, memory_named
+
+    class CudaAPIError(Exception):
+        pass
+
+    assert is_out_of_memory(MemoryError())
+    assert is_out_of_memory(CudaAPIError("[2] Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY"))
+    assert not is_out_of_memory(CudaAPIError("[1] CUDA_ERROR_INVALID_VALUE"))
+    assert not is_out_of_memory(RuntimeError("out of memory"))
+    with pytest.raises(RuntimeError, match="other"):
+        with memory_named("q", "a test"):
+            raise RuntimeError("other")
+
+
+def _overflowing(name, size):
+    case = base_case(dtype=np.float32)
+    case[name] = case[name] * np.float32(size)
+    return case
+
+
+@pytest.mark.parametrize("name", ["q", "k"])
+def test_l2norm_rows_past_fp32_are_refused(name):
+    """Finite float32 q / k rows whose sum of squares overflows FP32 are made zeros by the
+    contract's own norm (``ss = fma(x, x, ss)``, ``x / sqrt(ss + 1e-6)``) where the FP64
+    oracle normalises them: with use_qk_l2norm the value check refuses them by name (what
+    check_values=False lets through is that zero row); rows below the limit, and the same
+    rows without the norm, are taken."""
+    case = _overflowing(name, 1e20)
+    _registry.route_counters(reset=True)
+    with pytest.raises(ValueError, match=rf"^{name}: with use_qk_l2norm, row \(0, 0, 0\) has a "
+                                         r"sum of squares of .*past float32's range"):
+        gdn_prefill(**case)
+    assert _registry.route_counters() == {}
+    o, _ = gdn_prefill(**case, check_values=False, variant="serial")
+    assert not o.any()                                    # every row's q or k is zero
+    ref, _ = oracle.gdn_reference(**case)
+    assert np.abs(ref).max() > 1e-3                       # which the oracle does not give
+    gdn_prefill(**_overflowing(name, 1e17), variant="serial")
+    gdn_prefill(**case, use_qk_l2norm=False, variant="serial")
+
+
+def test_fp16_rows_never_reach_the_norm_limit():
+    case = base_case()
+    case["q"] = np.full_like(case["q"], 65504.0)
+    gdn_prefill(**case, variant="serial")
+
+
 def test_a_plan_keeps_the_sequences_and_slots_it_was_made_with():
     """What plan_gdn's docstring says: the schedule is built from the values of cu_seqlens
     and state_indices at plan time, so changing those device arrays in place afterwards
     changes nothing a launch does (the same bits into the same slot); q, k, v, g and beta
     are read as they are at each launch."""
-    from dflash2_numba.gdn import plan_gdn
 
     case = base_case(T=6)
     cu = cuda.to_device(CU_OK)

@@ -16,6 +16,7 @@ import pytest
 
 import oracle
 from dflash2_numba import _arrays as A
+from dflash2_numba import _registry
 from dflash2_numba._compat import SIMULATOR, cuda
 from dflash2_numba.gdn import gdn_prefill
 
@@ -119,6 +120,17 @@ def test_what_worked_before_still_works(external):
         A.resolve_stream("fast")
 
 
+@pytest.mark.parametrize("handle", [None, "abc", 1.5, True])
+@pytest.mark.parametrize("attr", ["cuda_stream", "ptr"])
+def test_a_stream_handle_attribute_that_is_no_int_is_refused_by_name(attr, handle, external):
+    """A torch-like ``cuda_stream`` or cupy-like ``ptr`` must be an int handle: anything else
+    is a TypeError naming ``stream`` and the attribute (it was int()'s own error)."""
+    obj = type("Odd", (), {attr: handle})()
+    with pytest.raises(TypeError, match=rf"^stream: Odd\.{attr} must give an int handle"):
+        A.resolve_stream(obj)
+    assert external.handles == []
+
+
 def test_gdn_prefill_refuses_a_bool_stream_by_name():
     with pytest.raises(TypeError, match="stream"):
         gdn_prefill(**_gdn_case(), variant="serial", stream=True)
@@ -190,6 +202,33 @@ class _CudaDLPack:
 
     def __dlpack__(self, stream=None):      # pragma: no cover - never reached
         raise AssertionError("the simulator must not import device memory")
+
+
+class _HostDLPack:
+    """A host DLPack exporter numpy cannot import (as a bfloat16 CPU tensor is for numpy),
+    or whose ``__dlpack_device__`` itself fails."""
+
+    def __init__(self, device_fails=False):
+        self.device_fails = device_fails
+
+    def __dlpack_device__(self):
+        if self.device_fails:
+            raise RuntimeError("no device")
+        return (1, 0)                       # kDLCPU
+
+    def __dlpack__(self, stream=None, **kw):
+        return object()                     # no capsule: np.from_dlpack fails
+
+
+@pytest.mark.parametrize("device_fails", [False, True])
+def test_a_host_dlpack_object_numpy_cannot_read_is_a_type_error_naming_it(device_fails):
+    with pytest.raises(TypeError, match="^q: "):
+        A.as_array_arg(_HostDLPack(device_fails), "q")
+    case = _gdn_case()
+    _registry.route_counters(reset=True)
+    with pytest.raises(TypeError, match="^k: "):
+        gdn_prefill(**dict(case, k=_HostDLPack(device_fails)), variant="serial")
+    assert _registry.route_counters() == {}
 
 
 @simulator_only

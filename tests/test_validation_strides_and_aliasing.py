@@ -239,3 +239,65 @@ def test_gdn_numpy_out_sharing_memory_with_numpy_state_cache_is_refused():
     o, _ = gdn_prefill(**_gdn(), cu_seqlens=CU, state_cache=cache,
                        state_indices=np.array([0, 1], np.int32), out=out)
     assert o is out and out.tobytes() == o_ref.tobytes()
+
+
+OVERLAP_LAYOUTS = [
+    # (id, shape, byte strides, itemsize, elements share memory)
+    ("contiguous", (3, 2, 4), (32, 16, 4), 4, False),
+    ("transposed", (4, 2, 3), (4, 16, 32), 4, False),
+    ("sliced-step", (3, 2), (64, 8), 4, False),
+    ("reversed", (3, 4), (-16, 4), 4, False),
+    ("broadcast", (3, 2, 4), (0, 16, 4), 4, True),
+    ("size-one-zero-stride", (1, 2, 4), (0, 16, 4), 4, False),
+    ("folded", (3, 2), (4, 8), 4, True),                 # offsets 0 8 4 12 8 16: 8 twice
+    ("nested-with-gaps", (2, 2), (12, 8), 4, False),      # offsets 0 8 12 20
+    ("interleaved-disjoint", (3, 2), (8, 12), 4, False),  # 0 8 16 and 12 20 28: not nested
+    ("partial-overlap", (2, 3), (8, 4), 4, True),         # rows [0, 12) and [8, 20)
+    ("empty", (0, 3), (0, 0), 4, False),
+]
+
+
+@pytest.mark.parametrize("shape,strides,itemsize,want", [o[1:] for o in OVERLAP_LAYOUTS],
+                         ids=[o[0] for o in OVERLAP_LAYOUTS])
+def test_elements_overlap_of_layouts(shape, strides, itemsize, want):
+    from dflash2_numba._arrays import elements_overlap
+
+    assert elements_overlap(shape, strides, itemsize) is want
+
+
+def test_elements_overlap_past_the_exact_limit_is_taken_as_overlap(monkeypatch):
+    """A layout that is not nested is decided from its offsets only up to a size; past it
+    the check refuses rather than read a huge offset table."""
+    from dflash2_numba import _arrays
+
+    monkeypatch.setattr(_arrays, "_OVERLAP_EXACT_LIMIT", 3)
+    assert _arrays.elements_overlap((3, 2), (8, 12), 4)
+    assert not _arrays.elements_overlap((3, 2, 4), (32, 16, 4), 4)     # nested: no limit
+
+
+def test_gdn_numpy_state_cache_with_shared_elements_is_refused():
+    """Before: a numpy cache whose slots were one memory (``as_strided`` with a zero slot
+    stride) was taken, and the write-back left slot 0 holding sequence 1's state. Now
+    refused by name, nothing written; an interleaved cache whose elements are disjoint (not
+    a nested layout) still runs and gives the bytes of a plain one."""
+    buf = np.zeros((1, 32, 32), np.float32)
+    shared = np.lib.stride_tricks.as_strided(buf, (2, 1, 32, 32), (0,) + buf.strides,
+                                             writeable=True)
+    with pytest.raises(ValueError, match=r"^state_cache: elements share memory"):
+        gdn_prefill(**_gdn(), cu_seqlens=CU, state_cache=shared,
+                    state_indices=np.array([0, 1], np.int32))
+    assert not buf.any()
+    plain = np.zeros((2, 1, 32, 32), np.float32)
+    _, want = gdn_prefill(**_gdn(), cu_seqlens=CU, state_cache=plain,
+                          state_indices=np.array([0, 1], np.int32))
+    # slots interleaved with V: V stride 8 bytes, slot stride 12 (inside a row's span, so
+    # not nested; the slots' offsets differ mod 8, so disjoint)
+    store = np.zeros(32 * 66, np.float32)
+    inter = np.lib.stride_tricks.as_strided(store, (2, 1, 32, 32), (12, 0, 264, 8),
+                                            writeable=True)
+    from dflash2_numba._arrays import elements_overlap
+
+    assert not elements_overlap(inter.shape, inter.strides, 4)
+    _, got = gdn_prefill(**_gdn(), cu_seqlens=CU, state_cache=inter,
+                         state_indices=np.array([0, 1], np.int32))
+    assert got is inter and np.ascontiguousarray(inter).tobytes() == want.tobytes()

@@ -133,6 +133,8 @@ class AttentionPlan:
 def _check_cache(arg: A.ArrayArg, name_layout: str):
     A.check_dtype(arg, [np.uint8])
     A.check_ndim(arg, 4, name_layout)
+    if any(n < 1 for n in arg.shape):     # (first: numpy gives an empty array zero strides)
+        raise ValueError(f"{arg.name}: every dimension must be >= 1, got {arg.shape}")
     A.check_unit_last_stride(arg)
     A.check_nonnegative_strides(arg)
 
@@ -148,15 +150,43 @@ def _check_grid_dims(B: int, Hkv: int, Hq: int, D: int) -> None:
                          f"{cols}) must each be <= {MAX_GRID_YZ} (a CUDA grid dimension)")
 
 
+# The scores the contract keeps apart from its own markers: a masked key scores -1e30, and
+# the combine takes a split as empty when its max is not above -1e20 (contract A).
+SCORE_LIMIT = 1e20
+E4M3_MAX = 448.0
+
+
+def _check_score_range(q_values: np.ndarray, qk_scale: np.float32) -> None:
+    """Every score stays below ``SCORE_LIMIT`` in size whatever the caches hold: ``|qk_scale|``
+    times a row's ``sum |q|`` times 448 (the largest E4M3 value) bounds it, and the K16
+    sums' partial results too. Past that bound (``scale * k_scale`` of about 1e10 or more
+    at full-range FP16 q) a key could score below the masked keys' -1e30, the combine
+    could drop a split, or the scores could overflow FP32 (the call then gives zeros),
+    where the FP64 oracle gives the softmax."""
+    if q_values.size == 0 or qk_scale == 0:
+        return
+    l1 = np.abs(q_values.astype(np.float64)).sum(axis=-1)
+    bound = abs(float(qk_scale)) * float(l1.max()) * E4M3_MAX
+    if bound >= SCORE_LIMIT:
+        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(l1)), l1.shape))
+        raise ValueError(
+            f"scale: scale * k_scale = {float(qk_scale):.4g} with q row {idx} (sum |q| = "
+            f"{float(l1.max()):.4g}) can score a key {bound:.3g} in size, past the "
+            f"{SCORE_LIMIT:.0e} the contract's scores keep below (masked keys score -1e30; "
+            f"the combine drops a split whose max is below -1e20); use a smaller scale or q")
+
+
 def _check_values(qa: A.ArrayArg, sl: A.ArrayArg, ra: Optional[A.ArrayArg], bt: A.ArrayArg,
-                  page_size: int, num_pages: int, stream=0) -> None:
-    """The checks on values (not shapes): q finite, the lengths within what the block table
-    can name, and every block-table entry a request reaches naming a page. Run at plan time
-    and by :meth:`AttentionPlan.check_inputs` (host copies of device arrays, made on
-    ``stream``: the plan's, on which its numpy inputs were uploaded)."""
+                  page_size: int, num_pages: int, qk_scale: np.float32, stream=0) -> None:
+    """The checks on values (not shapes): q finite and its scores within the contract's
+    range (:func:`_check_score_range`), the lengths within what the block table can name,
+    and every block-table entry a request reaches naming a page. Run at plan time and by
+    :meth:`AttentionPlan.check_inputs` (host copies of device arrays, made on ``stream``:
+    the plan's, on which its numpy inputs were uploaded)."""
     B, Q = qa.shape[0], qa.shape[1]
     max_keys = bt.shape[1] * page_size
-    A.check_all_finite(qa, stream=stream)   # NaN / inf in q is the caller's error, not a NaN output
+    # NaN / inf in q is the caller's error, not a NaN output
+    _check_score_range(A.check_all_finite(qa, stream=stream), qk_scale)
     if ra is not None:
         L = ra.host_values(stream).astype(np.int64)
         A.check_int_range(L, "row_lengths", -(2 ** 31), max_keys)
@@ -192,7 +222,9 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         ``block_table[b, j // page_size]``; every entry a request reaches must name a page.
         seq_lens: int32 ``[B]``: keys of each request, the ``Q`` new ones included.
         scale, k_scale, v_scale: finite numbers (the scales positive); the QK scale is
-        ``float32(scale * k_scale)``.
+        ``float32(scale * k_scale)``, and ``|QK scale| * sum|q| * 448`` of every q row must
+        stay below 1e20 (no score can leave the contract's range whatever the caches hold;
+        ``ValueError`` naming ``scale``).
         row_lengths: int32 ``[B, Q]`` keys each query row sees (a row with ``L <= 0`` gives
         +0); default the causal rows ``seq_lens - Q + 1 + t``.
         splits: logical splits ``S`` (1..65536); only the active ones (``A``, contract A)
@@ -230,8 +262,6 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         raise ValueError(f"k_cache: head dim {Dk} does not match q's {D}")
     if va.shape != ka.shape:
         raise ValueError(f"v_cache: shape {va.shape} does not match k_cache {ka.shape}")
-    if num_pages < 1 or page_size < 1 or Hkv < 1:
-        raise ValueError(f"k_cache: every dimension must be >= 1, got {ka.shape}")
     if Hq % Hkv != 0 or not 1 <= Hq // Hkv <= MAX_GROUP:
         raise ValueError(f"q: Hq = {Hq} must be G * Hkv with G in 1..{MAX_GROUP} (Hkv = {Hkv})")
     _check_grid_dims(B, Hkv, Hq, D)
@@ -261,7 +291,7 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         A.check_dtype(ra, [np.int32])
         A.check_shape(ra, (B, Q), "[B, Q]")
         A.check_nonnegative_strides(ra)
-    _check_values(qa, sl, ra, bt, page_size, num_pages)
+    _check_values(qa, sl, ra, bt, page_size, num_pages, qk_scale)
 
     odt = A.check_dtype_choice(out_dtype, "out_dtype", ATTENTION_OUT_DTYPES)
     if workspace is not None:
@@ -302,19 +332,27 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
 
     # ---- every check passed: bind device memory ----
     strm = A.resolve_stream(stream)
+
+    def device_of(a: A.ArrayArg):
+        """``a`` on the device (numpy: a compact host copy, then the device's), or a
+        ValueError naming ``a`` when there is not the memory for it."""
+        with A.memory_named(a.name, "its device copy"):
+            return a.device(strm)
+
     if workspace is not None:
         partial, lse = workspace.partial, workspace.lse
     else:
         partial = A.allocate((B, S, Q, Hq, D), np.float32, strm, "q, splits")
         lse = A.allocate((B, S, Q, Hq, 2), np.float32, strm, "q, splits")
     if oa is not None and oa.kind != A.KIND_NUMPY:
-        out_dev = oa.device()
+        out_dev = oa.device()         # (device memory already: bound, not copied)
     elif ws_out_is_output:
         out_dev = workspace.out
     else:
         out_dev = A.allocate((B, Q, Hq, D), odt, strm, "q")
-    rows_dev = ra.device(strm) if ra is not None else cuda.to_device(np.zeros((1, 1), np.int32), stream=strm)
-    q_dev, bt_dev, sl_dev = qa.device(strm), bt.device(strm), sl.device(strm)
+    rows_dev = device_of(ra) if ra is not None else cuda.to_device(np.zeros((1, 1), np.int32), stream=strm)
+    q_dev, bt_dev, sl_dev = device_of(qa), device_of(bt), device_of(sl)
+    k_dev, v_dev = device_of(ka), device_of(va)
     # the checks on values re-run on what the launches read: the caller's arrays for
     # device inputs (bound zero-copy), the plan's own copies for numpy ones
     bound = {nm: A.as_array_arg(dev, nm) for nm, dev in
@@ -322,7 +360,7 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
     return AttentionPlan(
         variant=var, q_shape=(B, Q, Hq, D), page_size=int(page_size), splits=S,
         use_rows=0 if ra is None else 1, qk_scale=qk_scale, v_scale=vs32,
-        q=q_dev, k_cache=ka.device(strm), v_cache=va.device(strm),
+        q=q_dev, k_cache=k_dev, v_cache=v_dev,
         block_table=bt_dev, seq_lens=sl_dev, row_lengths=rows_dev,
         decode_table=_device_decode_table(), partial=partial, lse=lse, out=out_dev,
         kind=qa.kind, stream=strm,
@@ -331,7 +369,7 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         value_check=lambda: _check_values(bound["q"], bound["seq_lens"],
                                           bound["row_lengths"] if ra is not None else None,
                                           bound["block_table"], int(page_size), int(num_pages),
-                                          strm))
+                                          qk_scale, strm))
 
 
 def verify_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale=1.0,

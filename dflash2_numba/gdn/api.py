@@ -27,11 +27,12 @@ from typing import Optional
 import numpy as np
 
 from .. import _registry
-from .._arrays import (KIND_NUMPY, ArrayArg, as_array_arg, check_all_finite, check_contiguous,
-                       check_disjoint, check_dtype, check_finite_scalar, check_int_range, check_ndim,
-                       check_nonnegative_strides, check_shape, check_writable, check_writable_output,
-                       allocate, compact_host, first_offender, is_numba_c_layout, parse_dtype, resolve_stream,
-                       result_like)
+from .._arrays import (KIND_NUMPY, ArrayArg, allocate, as_array_arg, check_all_finite,
+                       check_contiguous, check_disjoint, check_dtype, check_elements_disjoint,
+                       check_finite_scalar, check_int_range, check_ndim, check_nonnegative_strides,
+                       check_shape, check_writable, check_writable_output, compact_host,
+                       first_offender, is_numba_c_layout, memory_named, parse_dtype,
+                       resolve_stream, result_like)
 from .._compat import cuda
 from ..contract import GDN_DIMS
 from ._common import VB, GdnPlan
@@ -67,12 +68,41 @@ def _check_cache_rows(sca: ArrayArg, idx_host: np.ndarray) -> None:
                              f"finite; found {found[1]!r} at index {(slot,) + found[0]}{_SKIP}")
 
 
-def _check_values(g: ArrayArg, beta: ArrayArg, *finite: ArrayArg) -> None:
+# a row sum of squares at or past this (FP64) may round past FP32's largest value in the
+# kernels' FP32 chain (K = 128 roundings of relative size 2^-24 each stay far inside 2^-16)
+_NORM_LIMIT = float(np.finfo(np.float32).max) * (1.0 - 2.0 ** -16)
+
+
+def _check_norm_range(values: np.ndarray, name: str) -> None:
+    """With ``use_qk_l2norm``: no row of float32 q / k whose sum of squares overflows FP32.
+    The contract's norm (``ss = fma(x, x, ss)`` in FP32, then ``x / sqrt(ss + 1e-6)``) gives
+    such a row (finite values of size about 1e19 / sqrt(K)) as zeros, where the FP64 oracle
+    normalises it: a silent wrong answer, so the call refuses it. FP16 rows cannot reach it."""
+    if values.dtype != np.float32 or values.size == 0:
+        return
+    K = values.shape[-1]
+    amax = float(np.max(np.abs(values)))
+    if amax * amax * K < _NORM_LIMIT:
+        return
+    ss = np.sum(np.square(values, dtype=np.float64), axis=-1)
+    found = first_offender(ss, ss < _NORM_LIMIT)
+    if found is not None:
+        raise ValueError(
+            f"{name}: with use_qk_l2norm, row {found[0]} has a sum of squares of {found[1]:.4g}, "
+            f"past float32's range: the FP32 norm would give zeros; scale the input (values "
+            f"below about {np.sqrt(_NORM_LIMIT / K):.3g} in size){_SKIP}")
+
+
+def _check_values(g: ArrayArg, beta: ArrayArg, *finite: ArrayArg, norm_rows=()) -> None:
     """g finite and <= 0, and beta and every array in ``finite`` (q, k, v, initial state)
-    finite: non-finite inputs the caller controls are an error, not a NaN output."""
+    finite: non-finite inputs the caller controls are an error, not a NaN output; the
+    arrays in ``norm_rows`` (q and k under ``use_qk_l2norm``) also within the norm's range
+    (:func:`_check_norm_range`)."""
     for a in finite + (beta,):
         if a is not None:
-            check_all_finite(a, _SKIP)
+            values = check_all_finite(a, _SKIP)
+            if any(a is b for b in norm_rows):
+                _check_norm_range(values, a.name)
     gv = np.asarray(g.host_values(), dtype=np.float32)
     found = first_offender(gv, np.isfinite(gv) & (gv <= 0))
     if found is not None:
@@ -203,7 +233,8 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         ``gdn_variants()``.
         output_final_state: return the final state (else ``None``).
         state_cache, state_indices: the server form. ``state_cache`` float32
-        ``[slots, HV, K, V]`` (writable; a device one C-contiguous), ``state_indices`` int32 ``[N]``,
+        ``[slots, HV, K, V]`` (writable; a device one C-contiguous, a numpy one with no two
+        elements in the same memory), ``state_indices`` int32 ``[N]``,
         distinct, in ``[0, slots)``: sequence ``n`` starts from ``state_cache[state_indices[n]]``
         and its final state is written back there in place; slots not named are never
         touched. ``initial_state`` must then be ``None``; the second result is
@@ -213,9 +244,11 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         numpy or device): the kernels write it (a numpy one is filled by ``results``), and
         it is the first result. A device ``out`` or ``state_cache`` must not share device
         memory with any input or with each other (``ValueError`` naming both).
-        check_values: check on the host first that g is finite and ``<= 0``, and that
+        check_values: check on the host first that g is finite and ``<= 0``, that
         beta, q, k, v and the initial states (``initial_state`` or the named
-        ``state_cache`` rows) are finite (device arrays are copied to the host for it).
+        ``state_cache`` rows) are finite, and, with ``use_qk_l2norm``, that no float32 q or
+        k row's sum of squares overflows FP32 (the contract's norm would make it zeros;
+        values of size about ``1e19 / sqrt(K)``); device arrays are copied to the host for it.
         stream: numba / torch / cupy stream or raw handle (default stream if None).
 
     ``gdn_prefill`` returns ``(o [B, T, HV, V], final_state float32 [N, HV, K, V] or None)``
@@ -307,6 +340,8 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         check_nonnegative_strides(sca)
         if sca.kind != KIND_NUMPY:        # numpy: copied compactly, named rows written back
             check_contiguous(sca)
+        else:                             # (written back row by row: no two may share memory)
+            check_elements_disjoint(sca)
         check_writable(sca)
         sia = as_array_arg(state_indices, "state_indices")
         check_dtype(sia, [np.int32])
@@ -329,9 +364,10 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
                     f"{a.shape}; pass a "
                     f"contiguous copy or use variant 'chunked'")
     if values:
-        _check_values(ga, ba, qa, ka, va, isa)
-        if sca is not None:
-            _check_cache_rows(sca, idx_host)
+        with memory_named("q, k, v, g, beta", "the host value check (check_values=False skips it)"):
+            _check_values(ga, ba, qa, ka, va, isa, norm_rows=(qa, ka) if l2 else ())
+            if sca is not None:
+                _check_cache_rows(sca, idx_host)
 
     oa = None
     if out is not None:
@@ -359,43 +395,45 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         raise _registry.UnsupportedShape(f"variant: {exc}") from None
 
     # ---- everything checked: device arrays and launch
-    st = resolve_stream(stream)
-    dq, dk, dv = _to_device(qa, st), _to_device(ka, st), _to_device(va, st)
-    dg, dbeta = _to_device(ga, st), _to_device(ba, st)
-    if oa is not None and oa.kind != KIND_NUMPY:
-        d_o = oa.device(st)
-    else:
-        d_o = allocate((B, T, HV, V), odt, st, "q, v")
-    final = dcache = None
-    if sca is not None:
-        dcache = _to_device(sca, st)
-        h0 = hT = dcache
-        h0_idx = hT_idx = cuda.to_device(idx_host.astype(np.int32), stream=st)
-    else:
-        if isa is not None:
-            h0 = _to_device(isa, st)
-            h0_idx = cuda.to_device(np.arange(N, dtype=np.int32), stream=st)
+    sized_by = "q, k, v" + (", state_cache" if sca is not None else "")
+    with memory_named(sized_by, "the call's device copies and scratch"):
+        st = resolve_stream(stream)
+        dq, dk, dv = _to_device(qa, st), _to_device(ka, st), _to_device(va, st)
+        dg, dbeta = _to_device(ga, st), _to_device(ba, st)
+        if oa is not None and oa.kind != KIND_NUMPY:
+            d_o = oa.device(st)
         else:
-            h0 = cuda.device_array((1, 1, 1, 1), dtype=np.float32, stream=st)
-            h0_idx = cuda.to_device(np.full(N, -1, dtype=np.int32), stream=st)
-        if want_state:
-            final = allocate((N, HV, K, V), np.float32, st,
-                             "cu_seqlens, v" if cua is not None else "q, v")
-            hT = final
-            hT_idx = cuda.to_device(np.arange(N, dtype=np.int32), stream=st)
+            d_o = allocate((B, T, HV, V), odt, st, "q, v")
+        final = dcache = None
+        if sca is not None:
+            dcache = _to_device(sca, st)
+            h0 = hT = dcache
+            h0_idx = hT_idx = cuda.to_device(idx_host.astype(np.int32), stream=st)
         else:
-            hT = cuda.device_array((1, 1, 1, 1), dtype=np.float32, stream=st)
-            hT_idx = cuda.to_device(np.full(N, -1, dtype=np.int32), stream=st)
-    try:
-        work = _work_table(seqs, HV, V)
-    except MemoryError:
-        raise ValueError(f"{'cu_seqlens' if cua is not None else 'q'}, v: the launch schedule "
-                         f"of {N} sequences x {HV} value heads cannot be allocated") from None
-    plan = GdnPlan(dq, dk, dv, dg, dbeta, d_o, h0, h0_idx, hT, hT_idx,
-                   cuda.to_device(seqs, stream=st), cuda.to_device(work, stream=st),
-                   work.shape[0], scale32, np.int32(l2), B, T, H, HV, K, V, N,
-                   np.dtype(qa.dtype), odt, max_ctas=int(_max_ctas), threads=int(_threads))
-    if var.prepare is not None:
-        var.prepare(plan, st)
+            if isa is not None:
+                h0 = _to_device(isa, st)
+                h0_idx = cuda.to_device(np.arange(N, dtype=np.int32), stream=st)
+            else:
+                h0 = cuda.device_array((1, 1, 1, 1), dtype=np.float32, stream=st)
+                h0_idx = cuda.to_device(np.full(N, -1, dtype=np.int32), stream=st)
+            if want_state:
+                final = allocate((N, HV, K, V), np.float32, st,
+                                 "cu_seqlens, v" if cua is not None else "q, v")
+                hT = final
+                hT_idx = cuda.to_device(np.arange(N, dtype=np.int32), stream=st)
+            else:
+                hT = cuda.device_array((1, 1, 1, 1), dtype=np.float32, stream=st)
+                hT_idx = cuda.to_device(np.full(N, -1, dtype=np.int32), stream=st)
+        try:
+            work = _work_table(seqs, HV, V)
+        except MemoryError:
+            raise ValueError(f"{'cu_seqlens' if cua is not None else 'q'}, v: the launch schedule "
+                             f"of {N} sequences x {HV} value heads cannot be allocated") from None
+        plan = GdnPlan(dq, dk, dv, dg, dbeta, d_o, h0, h0_idx, hT, hT_idx,
+                       cuda.to_device(seqs, stream=st), cuda.to_device(work, stream=st),
+                       work.shape[0], scale32, np.int32(l2), B, T, H, HV, K, V, N,
+                       np.dtype(qa.dtype), odt, max_ctas=int(_max_ctas), threads=int(_threads))
+        if var.prepare is not None:
+            var.prepare(plan, st)
     return GdnCall(plan, var, st, qa.kind, d_o, final, dcache, sca, idx_host, state_cache,
                    out_arg=oa, out_obj=out)
