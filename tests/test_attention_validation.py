@@ -187,12 +187,13 @@ def test_empty_cache_dimensions_are_named_as_such(good):
 
 def test_inputs_the_call_cannot_copy_name_themselves(good):
     """A numpy cache or block table the call cannot copy to the device (broadcast views of
-    2**38 pages / 2**42 columns: no memory of their own) is a ValueError naming it, not a
-    bare MemoryError."""
-    big = np.broadcast_to(np.zeros((1, 1, 1, 64), np.uint8), (2 ** 38, 8, 1, 64))
+    2**40 pages / 2**46 columns: no memory of their own) is a ValueError naming it, not a
+    bare MemoryError. Each copy is 512 TiB, past any x86-64 process's 128 TiB of address
+    space, so no host's overcommit policy lets it be mapped (and then killed when written)."""
+    big = np.broadcast_to(np.zeros((1, 1, 1, 64), np.uint8), (2 ** 40, 8, 1, 64))
     _bad(good, r"^k_cache: not enough memory for its device copy \(MemoryError",
          k_cache=big, v_cache=big, workspace=None)
-    wide = np.broadcast_to(np.zeros((1, 1), np.int32), (2, 2 ** 42))
+    wide = np.broadcast_to(np.zeros((1, 1), np.int32), (2, 2 ** 46))
     _bad(good, r"^block_table: not enough memory for its device copy", block_table=wide,
          workspace=None)
 

@@ -281,15 +281,16 @@ def test_a_buffer_the_call_cannot_allocate_names_what_sizes_it():
 
 
 def test_host_memory_the_call_cannot_have_names_what_sizes_it():
-    """Inputs of 2**34 tokens (broadcast views: no memory of their own): the value check's
-    temporaries, or with it off the compact host copies, cannot be allocated. Each is a
-    ValueError naming the arguments that size it, not a bare MemoryError, and nothing is
-    launched."""
-    T = 2 ** 34
-    q = np.broadcast_to(np.float16(0.5), (1, T, 1, 32))
-    v = np.broadcast_to(np.float16(0.5), (1, T, 2, 32))
-    g = np.broadcast_to(np.float32(-0.1), (1, T, 2))
-    beta = np.broadcast_to(np.float32(0.5), (1, T, 2))
+    """Inputs of 2**30 tokens x 4096 heads (broadcast views: no memory of their own): the
+    value check's temporaries, or with it off the compact host copies, cannot be allocated
+    (512 TiB and more, past any x86-64 process's 128 TiB of address space, so whatever the
+    host's overcommit policy). Each is a ValueError naming the arguments that size it, not
+    a bare MemoryError, and nothing is launched."""
+    T, H = 2 ** 30, 2 ** 12
+    q = np.broadcast_to(np.float16(0.5), (1, T, H, 128))
+    v = np.broadcast_to(np.float16(0.5), (1, T, H, 32))
+    g = np.broadcast_to(np.float32(-0.1), (1, T, H))
+    beta = np.broadcast_to(np.float32(0.5), (1, T, H))
     _registry.route_counters(reset=True)
     with pytest.raises(ValueError, match=r"^q, k, v, g, beta: not enough memory for the host "
                                          r"value check \(check_values=False skips it\)"):
@@ -297,6 +298,18 @@ def test_host_memory_the_call_cannot_have_names_what_sizes_it():
     with pytest.raises(ValueError, match=r"^q, k, v: not enough memory for the call's device "
                                          r"copies and scratch \(MemoryError"):
         plan_gdn(q, q, v, g, beta, check_values=False)
+    assert _registry.route_counters() == {}
+
+
+def test_more_tokens_than_int32_offsets_hold_are_refused():
+    """The launch schedule holds token offsets as int32: B * T past 2**31 - 1 is refused
+    naming q, before any value is read (it wrapped before). (2**30 tokens pass this check:
+    the test above reaches the value check with them.)"""
+    q = np.broadcast_to(np.float16(0.5), (2, 2 ** 30, 1, 32))
+    g = np.broadcast_to(np.float32(-0.1), (2, 2 ** 30, 1))
+    _registry.route_counters(reset=True)
+    with pytest.raises(ValueError, match=r"^q: B \* T = 2147483648 tokens; at most 2\*\*31 - 1"):
+        plan_gdn(q, q, q, g, g)
     assert _registry.route_counters() == {}
 
 

@@ -278,6 +278,8 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         raise ValueError(f"q: head dim K = {K} is not supported; expected one of {GDN_DIMS}")
     if V not in GDN_DIMS:
         raise ValueError(f"v: head dim V = {V} is not supported; expected one of {GDN_DIMS}")
+    if B * T > 2 ** 31 - 1:             # (the launch schedule's token offsets are int32)
+        raise ValueError(f"q: B * T = {B * T} tokens; at most 2**31 - 1")
     if H < 1 or HV < 1 or HV % H != 0:
         raise ValueError(f"v: value heads HV = {HV} must be a positive multiple of q/k heads H = {H}")
     check_dtype(ga, [np.float32])
