@@ -110,9 +110,15 @@ def max_abs(x, ref) -> float:
 def ulp16(x) -> np.ndarray:
     """Spacing of float16 just above ``|f16(x)|`` (2**-24 among the subnormals), as float64:
     at least the spacing of the binade ``x`` lies in, so a float16 rounding of ``x`` is
-    within half of it."""
-    a = np.abs(np.asarray(x, dtype=np.float64)).astype(np.float16)
-    return np.nextafter(a, np.float16(np.inf)).astype(np.float64) - a.astype(np.float64)
+    within half of it. At the largest finite value, 65504, that is its binade's spacing,
+    32 (the next float16 up is inf); where ``f16(x)`` itself overflows, inf."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = np.abs(np.asarray(x, dtype=np.float64)).astype(np.float16)
+        up = np.nextafter(a, np.float16(np.inf)).astype(np.float64)
+        below = np.nextafter(a, np.float16(0)).astype(np.float64)
+        a64 = a.astype(np.float64)
+        top = np.isinf(up) & np.isfinite(a64)      # 65504: the spacing below it is its binade's
+        return np.where(np.isinf(a64), np.inf, np.where(top, a64 - below, up - a64))
 
 
 def max_abs_bound(ref, rel_bound: float) -> float:

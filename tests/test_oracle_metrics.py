@@ -199,6 +199,25 @@ def test_ulp16_hand():
     assert got.tolist() == [2.0 ** -10, 2.0 ** -10, 2.0 ** -10, 2.0 ** -24, 2.0 ** -24, 2.0 ** -9]
 
 
+def test_ulp16_at_the_top_of_float16():
+    """At 65504, the largest finite float16, the next one up is inf: the spacing is its
+    binade's, 32 (it was inf, so fp16_excess let any output of +-65504 pass); past float16's
+    range (f16(x) = inf) it is inf; no warning either way."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = oracle.ulp16(np.array([65504.0, -65504.0, 65000.0, 32768.0, 1e6]))
+    assert got.tolist() == [32.0, 32.0, 32.0, 32.0, math.inf]
+    # a saturated output is judged like any other: 65504 against 60000 is far out of bounds
+    out = np.array([65504.0, 1.0], np.float16)
+    assert oracle.fp16_excess(out, np.array([60000.0, 1.0]), 0.0) == 5504.0 - 16.0
+    assert oracle.fp16_excess(np.array([-65504.0], np.float16), np.array([0.0]), 1e-3) == \
+        pytest.approx(65504.0 - 16.0 - 1e-3)
+    # and one within its rounding passes: 65504 is f16 of anything in [65488, 65520)
+    assert oracle.fp16_excess(out, np.array([65500.0, 1.0]), 0.0) <= 0
+
+
 def test_fp16_bounds_follow_one_rounding_of_a_bounded_result():
     """An FP32 result within the bound, rounded to FP16, passes both FP16 checks; one FP16
     step past that, or a 1 % scale, fails; the bounds never look at the FP32 result."""
