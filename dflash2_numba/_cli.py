@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import List, Sequence
+import re
+from typing import List, Optional, Sequence
 
 
 def _separators() -> tuple:
@@ -14,7 +15,11 @@ def _separators() -> tuple:
 def output_path(text: str) -> str:
     """An output file: its folder must exist and be writable now, and the path must name a
     file (not end in a separator, not be a folder, not be an existing file that cannot be
-    written), so that a long run is not lost at its end to a path that cannot be written."""
+    written), so that a long run is not lost at its end to a path that cannot be written.
+    A regular file (or a path to none yet) is opened for appending now, which nothing about
+    its contents changes (a file made by the probe is removed again): that also refuses what
+    the permission bits do not show, such as a link into a missing folder or a path under
+    ``/proc``."""
     if not text or text.endswith(_separators()) or os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"expected a file path, got {text!r}")
     if os.path.exists(text) and not os.access(text, os.W_OK):
@@ -22,7 +27,31 @@ def output_path(text: str) -> str:
     folder = os.path.dirname(os.path.abspath(text))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: no writable folder {folder!r}")
+    if os.path.exists(text) and not os.path.isfile(text):
+        return text                 # (a device such as /dev/null: not probed)
+    made = not os.path.lexists(text)
+    try:
+        with open(text, "a"):
+            pass
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {e.strerror or e}") from None
+    if made:
+        os.remove(text)
     return text
+
+
+def plot_path(text: str) -> str:
+    """An output image for matplotlib: :func:`output_path`, ending in a format matplotlib
+    writes (``.png``, ``.pdf``, ``.svg``, ...): a path without one would be written with
+    ``.png`` added, one matplotlib cannot write would fail at the end of the run."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    ext = os.path.splitext(text)[1].lstrip(".").lower()
+    if ext not in formats:
+        raise argparse.ArgumentTypeError(
+            f"expected an image file ending in one of .{', .'.join(formats)}, got {text!r}")
+    return output_path(text)
 
 
 def output_folder(text: str) -> str:
@@ -91,17 +120,28 @@ def positive_float(text: str) -> float:
     return value
 
 
-def positive_int_list(text: str) -> List[int]:
-    """A comma-separated, non-empty list of positive ints (contexts, lengths)."""
+def positive_int_list(text: str, hi: Optional[int] = None) -> List[int]:
+    """A comma-separated, non-empty list of positive ints (contexts, lengths), written in
+    plain decimal digits (not ``1_0``, ``+5`` or ``0x10``), each at most ``hi`` when given;
+    a value given twice is kept once, where it first stands."""
     items = [x.strip() for x in text.split(",")]
-    try:
-        values = [int(x) for x in items]
-    except ValueError:
-        values = []
-    if not values or any(v < 1 for v in values):
+    values = [int(x) for x in items if re.fullmatch(r"[0-9]+", x)]
+    if len(values) != len(items) or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(
             f"expected comma-separated positive integers, got {text!r}")
-    return values
+    if hi is not None and any(v > hi for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected values of at most {hi}, got {max(values)} in {text!r}")
+    return list(dict.fromkeys(values))
+
+
+def int_list_upto(hi: int):
+    """An argparse type: :func:`positive_int_list` with each value at most ``hi``."""
+    def parse(text: str) -> List[int]:
+        return positive_int_list(text, hi)
+
+    parse.__name__ = f"positive integers up to {hi}"
+    return parse
 
 
 def variant_list(spec: str, known: Sequence[str]) -> List[str]:

@@ -388,14 +388,75 @@ def test_screen_under_an_emulated_capability_says_so_and_records_it(monkeypatch,
     (["attention", "--jobs", "two"], "--jobs"),
     (["attention", "--json", "/nonexistent_dir/x.json"], "--json"),
     (["attention", "--plot", "/nonexistent_dir/x.png"], "--plot"),
+    # past the longest context: a traceback or an allocation of terabytes, after the start
+    (["attention", "--contexts", "262145"], "--contexts"),
+    (["gdn", "--contexts", "8,100000000000"], "--contexts"),
+    (["attention", "--contexts", "1_0"], "--contexts"),           # int() would take these
+    (["attention", "--contexts", "+5"], "--contexts"),
+    # an image format matplotlib cannot write failed after the run; none wrote x.png
+    (["gdn", "--plot", "p.txt"], "--plot"),
+    (["gdn", "--plot", "noext"], "--plot"),
+    (["gdn", "--json", "/proc/dflash2_x.json"], "--json"),         # writable bits, no file
+    (["gdn", "--json", "same.png", "--plot", "same.png"], "--json and --plot"),
 ])
-def test_screen_usage_errors_before_any_check(argv, what, capsys):
+def test_screen_usage_errors_before_any_check(argv, what, capsys, tmp_path, monkeypatch):
     """Malformed arguments and unwritable output paths are argparse usage errors (exit 2),
     raised before anything runs, not a traceback at the start or a lost run at the end."""
+    monkeypatch.chdir(tmp_path)          # (relative output paths are probed here)
     with pytest.raises(SystemExit) as exc:
         screen_main(argv)
     assert exc.value.code == 2
     assert what in capsys.readouterr().err
+
+
+def test_screen_output_link_into_a_missing_folder_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    """A --json link whose target's folder does not exist passed the folder check (the
+    link's own folder is writable) and failed after the run; the probe leaves no file."""
+    monkeypatch.chdir(tmp_path)
+    os.symlink(tmp_path / "missing" / "x.json", tmp_path / "dangling.json")
+    with pytest.raises(SystemExit) as exc:
+        screen_main(["gdn", "--json", "dangling.json"])
+    assert exc.value.code == 2 and "--json" in capsys.readouterr().err
+    # a fresh path is probed and removed again, an existing file keeps its contents
+    (tmp_path / "keep.json").write_text("old")
+    from dflash2_numba._cli import output_path
+
+    assert output_path("new.json") == "new.json" and not (tmp_path / "new.json").exists()
+    assert output_path("keep.json") == "keep.json"
+    assert (tmp_path / "keep.json").read_text() == "old"
+
+
+def test_screen_malformed_emulated_capability_is_a_usage_error(monkeypatch, capsys):
+    monkeypatch.setenv("DFLASH2_EMULATE_CC", "banana")
+    d2.route_counters(reset=True)
+    assert screen_main(["gdn", "--contexts", "8"]) == 2
+    assert "DFLASH2_EMULATE_CC='banana'" in capsys.readouterr().err
+    assert d2.route_counters() == {}
+
+
+def test_context_lists_drop_repeats_and_take_plain_digits_only():
+    from dflash2_numba._cli import positive_int_list
+
+    assert positive_int_list("8, 8,3,8") == [8, 3]
+    assert positive_int_list("262144", 262144) == [262144]
+    for bad in ("1_0", "+5", " ", "8,,3", "٣"):
+        with pytest.raises(Exception, match="positive integers"):
+            positive_int_list(bad)
+
+
+def test_table_says_ref_only_for_a_reference_variant():
+    """A row without a byte comparison reads "ref" in the bitwise column only when its
+    variant is a family's bitwise reference; a never-checked row of another variant (the
+    tiled_wide row of the test above) read "ref" too."""
+    from dflash2_numba.screen.attention import Row
+    from dflash2_numba.screen.report import HEADERS, table_rows
+
+    col = HEADERS.index("bitwise")
+    rows = [Row("attention", "c", "live", "frozen", 8), Row("gdn", "c", "live", "chunked", 8),
+            Row("attention", "every case", "-", "tiled_wide", 0, status="FAIL"),
+            Row("gdn", "c", "live", "chunked_ahead", 8, bitwise=True)]
+    cells = [r[col] for r in table_rows(rows)]
+    assert cells[:2] == ["ref", "ref"] and "ref" not in cells[2:], cells
 
 
 @pytest.mark.parametrize("argv,unknown", [

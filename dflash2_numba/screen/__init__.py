@@ -9,8 +9,10 @@ in as many processes as this process has cores (``--jobs``; the rows are the sam
 Exit status 1 when any check fails (oracle bound, bitwise equality, guards, route audit,
 a crash, a selected variant unsupported on every case: never checked); a variant
 unsupported on some cases is reported there and checked on the others. Exit status 2 for a
-usage error (malformed --contexts, a --variants name no screened family registers, a
---json / --plot path whose folder cannot be written), before any check runs.
+usage error (malformed --contexts or one past 262144 tokens, a --variants name no screened
+family registers, a --json / --plot path that cannot be written, a --plot path without an
+image format, --json and --plot naming one file, a malformed DFLASH2_EMULATE_CC), before any
+check runs.
 """
 from __future__ import annotations
 
@@ -21,26 +23,38 @@ import subprocess
 import sys
 from typing import List, Optional
 
-from .._cli import output_path, positive_int, positive_int_list, variant_list
+from .._cli import int_list_upto, output_path, plot_path, positive_int, variant_list
+
+# the longest context (attention) / length (GDN) a --contexts value may ask for: the
+# contract's context, the full matrix's longest case
+MAX_CONTEXT = 262144
 
 
 def _parse(argv):
     ap = argparse.ArgumentParser(prog="dflash2-screen", description=__doc__.splitlines()[0])
     ap.add_argument("family", nargs="?", default="all", choices=["attention", "gdn", "all"])
     ap.add_argument("--quick", action="store_true", help="small matrix (the default without a GPU)")
-    ap.add_argument("--contexts", default=None, type=positive_int_list,
-                    help="comma-separated contexts (attention) / lengths (gdn) replacing the matrix's")
+    ap.add_argument("--contexts", default=None, type=int_list_upto(MAX_CONTEXT),
+                    help="comma-separated contexts (attention) / lengths (gdn) replacing the "
+                         f"matrix's, each at most {MAX_CONTEXT} (a repeated one is run once)")
     ap.add_argument("--variants", default="all", help="'all' or comma-separated variant names")
     ap.add_argument("--json", default=None, type=output_path, help="write every figure here")
-    ap.add_argument("--plot", default=None, type=output_path,
-                    help="write error-vs-context plot (PNG) here")
-    ap.add_argument("--mp", action="store_true", help="cross-check the FP64 oracle with mpmath on the smallest cases")
+    ap.add_argument("--plot", default=None, type=plot_path,
+                    help="write error-vs-context plot here (.png, .pdf, .svg, ...)")
+    ap.add_argument("--mp", action="store_true",
+                    help="cross-check the FP64 oracle with mpmath: its hand cases, and on the "
+                         "quick matrix each attention case's live rows and each GDN case of "
+                         "T <= 70")
     ap.add_argument("--no-timing", action="store_true", help="skip GPU timing")
     ap.add_argument("--jobs", default=None, type=positive_int,
                     help="cases screened at once, each in its own process (default: on the "
                          "simulator, the cores this process may use; on a GPU, 1; more than "
                          "1 on a GPU needs --no-timing)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.json and args.plot and os.path.realpath(args.json) == os.path.realpath(args.plot):
+        ap.error(f"--json and --plot name one file ({args.plot!r}): the plot would replace the "
+                 f"figures")
+    return args
 
 
 def _select(names_all, wanted: List[str], registry) -> List[str]:
@@ -66,7 +80,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parse(argv)
-    from .._compat import SIMULATOR, gpu_available
+    from .._compat import SIMULATOR, emulated_cc, gpu_available
+
+    try:
+        emulated_cc()
+    except ValueError as exc:
+        print(f"dflash2-screen: error: {exc}", file=sys.stderr)
+        return 2
 
     if not SIMULATOR:
 
@@ -80,7 +100,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     import oracle
 
     from .. import _registry
-    from .._compat import EMULATE_CC_ENV, SIMULATOR, emulated_cc
+    from .._compat import EMULATE_CC_ENV
     from . import report
     from .parallel import CasePool, default_jobs
 

@@ -17,6 +17,18 @@ def _fmt(v, spec=".2e"):
     return str(v)
 
 
+def _is_reference(row) -> bool:
+    """Whether ``row``'s variant is its family's bitwise reference (no reference of its own):
+    the table's "ref" is for those only (a row of another variant without a byte comparison,
+    such as one never checked, shows none)."""
+    from .. import _registry
+
+    try:
+        return _registry.variants(row.family)[row.variant].bitwise_reference is None
+    except KeyError:            # (a name registered by no family: not a reference)
+        return False
+
+
 def table_rows(rows) -> List[List[str]]:
     out = []
     for r in rows:
@@ -25,7 +37,8 @@ def table_rows(rows) -> List[List[str]]:
                     _fmt(r.rel_l2_fp32), _fmt(r.max_abs_fp32), _fmt(r.rel_l2_fp16),
                     _fmt(extra) if r.family == "gdn" else _fmt(r.max_abs_fp16),
                     _fmt(r.ratio_to_frozen, ".2f"),
-                    "ref" if r.bitwise is None and r.status in ("ok", "FAIL") else _fmt(r.bitwise),
+                    "ref" if r.bitwise is None and r.status in ("ok", "FAIL") and _is_reference(r)
+                    else _fmt(r.bitwise),
                     _fmt(r.guards), _fmt(r.route_ok), _fmt(r.time_ms, ".3f"), r.status])
     return out
 
@@ -94,7 +107,11 @@ def write_plot(rows, path: str) -> None:
         ax.set_ylabel("rel L2 vs FP64 oracle (FP32 output)")
         ax.set_title(fam)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+        if ax.get_lines():
+            ax.legend()
+        else:                   # (every error exactly 0, or none measured: nothing to draw)
+            ax.text(0.5, 0.5, "no nonzero error to plot", ha="center", va="center",
+                    transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
