@@ -75,7 +75,11 @@ def decode_e4m3_bits(code: int) -> float:
 
 
 def qk_scale_f32(scale, k_scale) -> float:
-    """Contract A "Inputs": ``qk_scale = f32(f32(scale) * f32(k_scale))`` as a Python float."""
+    """Contract A "Inputs": ``qk_scale = f32(f32(scale) * f32(k_scale))`` as a Python float
+    (real numbers only: ``TypeError`` naming the argument otherwise)."""
+    for name, x in (("scale", scale), ("k_scale", k_scale)):
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+            raise TypeError(f"{name}: expected a real number, got {type(x).__name__}")
     with np.errstate(over="ignore"):
         return float(np.float32(np.float32(scale) * np.float32(k_scale)))
 
@@ -103,11 +107,17 @@ def _real_scalar(name, x, *, positive):
     return x
 
 
-def _int_array(name, a, ndim):
+def _as_array(name, a):
+    """``np.asarray(a)``, or a ``TypeError`` naming the argument for what numpy cannot read
+    as one array (a ragged list: numpy's own message names nothing)."""
     try:
-        a = np.asarray(a)
-    except Exception as exc:  # pragma: no cover - exotic inputs
+        return np.asarray(a)
+    except Exception as exc:  # noqa: BLE001  (numpy: ValueError for ragged nesting)
         raise TypeError(f"{name}: cannot be read as an array ({exc})") from None
+
+
+def _int_array(name, a, ndim):
+    a = _as_array(name, a)
     if a.dtype.kind not in "iu":
         raise TypeError(f"{name}: expected an integer array (int32), got dtype {a.dtype}")
     if a.ndim != ndim:
@@ -121,9 +131,9 @@ def _int_array(name, a, ndim):
 
 def _validate(q, k_cache, v_cache, block_table, seq_lens, scale, k_scale, v_scale,
               row_lengths, precision):
-    if precision not in ("fp64", "mp"):
+    if not isinstance(precision, str) or precision not in ("fp64", "mp"):
         raise ValueError(f"precision: expected 'fp64' or 'mp', got {precision!r}")
-    q = np.asarray(q)
+    q = _as_array("q", q)
     if q.dtype != np.float16:
         raise TypeError(f"q: expected float16, got dtype {q.dtype}")
     if q.ndim != 4:
@@ -131,7 +141,7 @@ def _validate(q, k_cache, v_cache, block_table, seq_lens, scale, k_scale, v_scal
     B, Q, Hq, D = q.shape
     caches = []
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
-        c = np.asarray(c)
+        c = _as_array(name, c)
         if c.dtype != np.uint8:
             raise TypeError(f"{name}: expected uint8 E4M3FN bytes, got dtype {c.dtype}")
         if c.ndim != 4:
@@ -145,7 +155,9 @@ def _validate(q, k_cache, v_cache, block_table, seq_lens, scale, k_scale, v_scal
         raise ValueError(f"k_cache: head dim {Dk} differs from q head dim {D}")
     if ps < 1:
         raise ValueError(f"k_cache: page_size must be >= 1, got {ps}")
-    if Hkv < 1 or Hq % Hkv != 0:
+    if Hkv < 1:
+        raise ValueError(f"k_cache: KV heads Hkv must be >= 1, got shape {kc.shape}")
+    if Hq % Hkv != 0:
         raise ValueError(f"q: Hq={Hq} is not a multiple of the KV heads Hkv={Hkv} of k_cache")
     bt = _int_array("block_table", block_table, 2)
     if bt.shape[0] != B:

@@ -46,9 +46,10 @@ L2NORM_EPS = 1e-6
 def _float_array(name, a, ndim, what):
     try:
         a = np.asarray(a)
-    except Exception as exc:  # pragma: no cover - exotic inputs
+    except Exception as exc:  # noqa: BLE001  (numpy: ValueError for ragged nesting)
         raise TypeError(f"{name}: cannot be read as an array ({exc})") from None
-    if a.dtype.kind != "f":
+    if a.dtype.kind != "f" or a.dtype.itemsize > 8:
+        # (a longdouble would be rounded to float64, not converted exactly)
         raise TypeError(f"{name}: expected float16/float32/float64, got dtype {a.dtype}")
     if a.ndim != ndim:
         raise ValueError(f"{name}: expected {what}, got shape {a.shape}")
@@ -58,7 +59,7 @@ def _float_array(name, a, ndim, what):
 def _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm, precision,
               precisions=("fp64", "mp")):
     """Check shapes/dtypes; return the sequence layout (contract B "Shapes")."""
-    if precision not in precisions:
+    if not isinstance(precision, str) or precision not in precisions:
         raise ValueError(f"precision: expected one of {precisions}, got {precision!r}")
     if not isinstance(use_qk_l2norm, (bool, np.bool_)):
         raise TypeError(f"use_qk_l2norm: expected bool, got {type(use_qk_l2norm).__name__}")
@@ -76,6 +77,13 @@ def _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm,
     g = _float_array("g", g, 3, "[B, T, HV]")
     if g.shape != (B, T, HV):
         raise ValueError(f"g: expected shape {(B, T, HV)}, got {g.shape}")
+    bad = np.isnan(g) | (g > 0)
+    if bad.any():
+        # contract B: g is the log decay, <= 0 (-inf, a full reset, is taken); g > 0 would
+        # grow the state and break the chunked form's non-positive exponents
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"g: the log decay must be <= 0 (and not NaN); found {g[idx]!r} at "
+                         f"index {idx}")
     beta = _float_array("beta", beta, 3, "[B, T, HV]")
     if beta.shape != (B, T, HV):
         raise ValueError(f"beta: expected shape {(B, T, HV)}, got {beta.shape}")
@@ -274,8 +282,12 @@ def _chunk_step(qc, kc, vc, gc, bc, h, scale):
     kk = np.matmul(kc, kc.transpose(0, 2, 1))                     # k_i . k_j
     A = np.where(strict, bc[:, :, None] * Dc * kk, 0.0)           # strictly lower
     M = A + np.eye(C)
-    W = solve_triangular(M, (bc * eg)[:, :, None] * kc, lower=True, unit_diagonal=True)
-    U = solve_triangular(M, bc[:, :, None] * vc, lower=True, unit_diagonal=True)
+    # (check_finite=False: a NaN / inf input propagates, as in gdn_reference, instead of
+    # scipy's error that names no argument)
+    W = solve_triangular(M, (bc * eg)[:, :, None] * kc, lower=True, unit_diagonal=True,
+                         check_finite=False)
+    U = solve_triangular(M, bc[:, :, None] * vc, lower=True, unit_diagonal=True,
+                         check_finite=False)
     vnew = U - np.matmul(W, h)                                    # u_i for every token
     sq = scale * qc
     qk = np.where(causal, np.matmul(sq, kc.transpose(0, 2, 1)) * Dc, 0.0)
@@ -318,8 +330,9 @@ def gdn_reference(q, k, v, g, beta, scale=None, initial_state=None, cu_seqlens=N
                   use_qk_l2norm=True, precision="fp64"):
     """Gated delta rule prefill, contract part B ("Per token", the definition).
 
-    ``q, k`` ``[B, T, H, K]``, ``v`` ``[B, T, HV, V]``, ``g, beta`` ``[B, T, HV]`` (any float
-    dtype, converted exactly), ``initial_state`` ``[N, HV, K, V]`` or None (zeros),
+    ``q, k`` ``[B, T, H, K]``, ``v`` ``[B, T, HV, V]``, ``g, beta`` ``[B, T, HV]`` (float16,
+    float32 or float64, converted exactly; ``g <= 0``, ``-inf`` included, never NaN; NaN /
+    inf in the others propagate), ``initial_state`` ``[N, HV, K, V]`` or None (zeros),
     ``cu_seqlens`` integer ``[N + 1]`` with ``B == 1`` for packed variable length (each
     sequence starts from its own initial state); ``scale`` defaults to ``K ** -0.5``.
 
@@ -367,7 +380,9 @@ def gdn_reference_chunked(q, k, v, g, beta, scale=None, initial_state=None, cu_s
     ``gamma_i - gamma_j`` for ``i >= j``, ``gamma_last - gamma_i``); anti-causal differences
     are replaced by ``-inf`` before ``exp``, and ``exp(-cumsum)`` is never formed, so strong
     decay underflows to 0 instead of overflowing.  Chunks restart at every sequence start.
-    Arguments and results as :func:`gdn_reference`; ``chunk`` >= 1.
+    Arguments and results as :func:`gdn_reference`; ``chunk`` >= 1. A NaN / inf input
+    propagates as in :func:`gdn_reference`, and within its chunk it may make the earlier
+    tokens' outputs NaN too (``NaN * 0`` in the chunk's matrix products).
     """
     if isinstance(chunk, (bool, np.bool_)) or not isinstance(chunk, numbers.Integral):
         raise TypeError(f"chunk: expected a positive int, got {type(chunk).__name__}")

@@ -24,22 +24,51 @@ __all__ = ["rel_l2", "max_abs", "first_mismatch", "Mismatch", "ulp16", "max_abs_
 _EXACT_INT = 2 ** 53  # integers up to this magnitude convert to float64 exactly
 
 
+def _as_array(name, x) -> np.ndarray:
+    """``np.asarray(x)``, or a ``TypeError`` naming the argument for what numpy cannot read
+    as one array (a ragged list: numpy's own message names nothing)."""
+    try:
+        return np.asarray(x)
+    except Exception as exc:  # noqa: BLE001  (numpy: ValueError for ragged nesting)
+        raise TypeError(f"{name}: cannot be read as an array ({exc})") from None
+
+
+def _real_array(name, x) -> np.ndarray:
+    """``x`` as a float64 array, exactly: real numbers only (not complex, object, strings,
+    None), no float wider than float64 and no integer past 2**53 (``TypeError`` /
+    ``ValueError`` naming the argument)."""
+    arr = _as_array(name, x)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected a real numeric array, got dtype {arr.dtype}")
+    if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
+        raise TypeError(f"{name}: dtype {arr.dtype} is wider than float64, in which the "
+                        "metrics are computed")
+    if arr.dtype.kind in "iu" and arr.size and (int(arr.max()) > _EXACT_INT
+                                                or int(arr.min()) < -_EXACT_INT):
+        raise ValueError(f"{name}: integers past 2**53 have no exact float64 value, in "
+                         "which the metrics are computed")
+    return arr.astype(np.float64)
+
+
+def _bound(name, b, derived: bool = False) -> float:
+    """A bound: a real number, finite and >= 0 (``TypeError`` / ``ValueError`` naming it).
+    A ``derived`` one (computed from a reference, as :func:`max_abs_bound` gives it) may
+    also be inf or NaN, what an infinite or NaN reference makes of it."""
+    if isinstance(b, (bool, np.bool_)) or not isinstance(b, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a real number, got {type(b).__name__}")
+    value = float(b)
+    if derived and np.isnan(value):
+        return value
+    if value < 0 or (not derived and not np.isfinite(value)) or np.isnan(value):
+        raise ValueError(f"{name}: must be {'' if derived else 'finite and '}>= 0, got {b!r}")
+    return value
+
+
 def _pair(x, ref, name="x"):
-    a = np.asarray(x)
-    r = np.asarray(ref)
+    a, r = _as_array(name, x), _as_array("ref", ref)
     if a.shape != r.shape:
         raise ValueError(f"{name}: shape {a.shape} differs from ref shape {r.shape}")
-    for nm, arr in ((name, a), ("ref", r)):
-        if arr.dtype.kind not in "biuf":
-            raise TypeError(f"{nm}: expected a real numeric array, got dtype {arr.dtype}")
-        if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
-            raise TypeError(f"{nm}: dtype {arr.dtype} is wider than float64, in which the "
-                            "metrics are computed")
-        if arr.dtype.kind in "iu" and arr.size and (int(arr.max()) > _EXACT_INT
-                                                    or int(arr.min()) < -_EXACT_INT):
-            raise ValueError(f"{nm}: integers past 2**53 have no exact float64 value, in "
-                             "which the metrics are computed")
-    return a.astype(np.float64), r.astype(np.float64)
+    return _real_array(name, a), _real_array("ref", r)
 
 
 def _norm_parts(x: np.ndarray) -> Tuple[float, float]:
@@ -112,8 +141,9 @@ def ulp16(x) -> np.ndarray:
     at least the spacing of the binade ``x`` lies in, so a float16 rounding of ``x`` is
     within half of it. At the largest finite value, 65504, that is its binade's spacing,
     32 (the next float16 up is inf); where ``f16(x)`` itself overflows, inf."""
+    x = _real_array("x", x)
     with np.errstate(over="ignore", invalid="ignore"):
-        a = np.abs(np.asarray(x, dtype=np.float64)).astype(np.float16)
+        a = np.abs(x).astype(np.float16)
         up = np.nextafter(a, np.float16(np.inf)).astype(np.float64)
         below = np.nextafter(a, np.float16(0)).astype(np.float64)
         a64 = a.astype(np.float64)
@@ -124,7 +154,8 @@ def ulp16(x) -> np.ndarray:
 def max_abs_bound(ref, rel_bound: float) -> float:
     """The per-element (max abs) error a result may have under a relative bound: ``rel_bound
     * max|ref|`` (0.0 for an empty ``ref``), the bound applied to the largest reference value."""
-    return float(rel_bound) * float(np.max(np.abs(np.asarray(ref, dtype=np.float64)), initial=0.0))
+    b = _bound("rel_bound", rel_bound)
+    return b * float(np.max(np.abs(_real_array("ref", ref)), initial=0.0))
 
 
 def fp16_rel_l2_bound(ref, fp32_rel_bound: float) -> float:
@@ -133,12 +164,12 @@ def fp16_rel_l2_bound(ref, fp32_rel_bound: float) -> float:
     rounding moves an element by at most ``2**-11 |y|`` (normal) or ``2**-25`` (subnormal),
     so ``||f16(y) - ref|| <= 2**-11 (1 + b) ||ref|| + 2**-25 sqrt(n) + b ||ref||``.
     ``inf`` when ``||ref|| == 0`` (no relative bound; the per-element check applies)."""
-    r = np.asarray(ref, dtype=np.float64)
+    b = _bound("fp32_rel_bound", fp32_rel_bound)
+    r = _real_array("ref", ref)
     m, t = _norm_parts(r)
     norm = m * t
     if norm == 0.0:
         return float("inf")
-    b = float(fp32_rel_bound)
     return 2.0 ** -11 * (1.0 + b) + b + 2.0 ** -25 * np.sqrt(r.size) / norm
 
 
@@ -148,15 +179,16 @@ def fp16_excess(out16, ref, fp32_abs_bound: float) -> float:
     + fp32_abs_bound))``; ``<= 0`` means every element is within. (For ``y`` in a binade,
     ``f16(y)`` is at least that binade's lower end, so ``ulp16(out16) / 2`` covers the
     rounding of ``y``.) NaN anywhere gives ``nan``, an infinity ``inf``; empty arrays ``-inf``."""
+    bound = _bound("fp32_abs_bound", fp32_abs_bound, derived=True)
     a, r = _pair(out16, ref, "out16")
     if a.size == 0:
         return float("-inf")
-    if np.isnan(a).any() or np.isnan(r).any():
+    if np.isnan(a).any() or np.isnan(r).any() or np.isnan(bound):
         return float("nan")
     if np.isinf(a).any() or np.isinf(r).any():
         return float("inf")      # an FP16 overflow (or an infinite reference): out of bounds
     with np.errstate(invalid="ignore", over="ignore"):
-        excess = np.abs(a - r) - (0.5 * ulp16(out16) + float(fp32_abs_bound))
+        excess = np.abs(a - r) - (0.5 * ulp16(a) + bound)
     return float(np.max(excess))
 
 
@@ -193,8 +225,8 @@ def first_mismatch(a, b) -> Optional[Mismatch]:
     Bytes are compared in logical (C) element order regardless of memory layout, so
     ``-0.0`` differs from ``+0.0`` and NaNs compare by their payload bits.
     """
-    x = np.asarray(a)
-    y = np.asarray(b)
+    x = _as_array("a", a)
+    y = _as_array("b", b)
     if x.dtype != y.dtype:
         return Mismatch("dtype", a_value=str(x.dtype), b_value=str(y.dtype))
     if x.shape != y.shape:

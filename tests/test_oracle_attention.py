@@ -303,6 +303,12 @@ BAD = [
      "row_lengths"),
     (lambda c: _mut(seq_lens=np.full(2, 2 ** 63 + 5, np.uint64)), ValueError, "seq_lens"),
     (lambda c: _mut(seq_lens=np.full(2, 2 ** 31, np.int64)), ValueError, "seq_lens"),
+    (lambda c: _mut(q=[[0.0], [0.0, 1.0]]), TypeError, "^q: cannot be read as an array"),
+    (lambda c: _mut(k_cache=[[0], [0, 1]]), TypeError, "^k_cache: cannot be read"),
+    # no KV head: named on the cache (it blamed q)
+    (lambda c: _mut(k_cache=c["k_cache"][:, :, :0], v_cache=c["v_cache"][:, :, :0]),
+     ValueError, "^k_cache: KV heads Hkv must be >= 1"),
+    (lambda c: dict(_base(), precision=np.array(["fp64", "mp"])), ValueError, "^precision"),
 ]
 
 

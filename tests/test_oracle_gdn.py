@@ -253,6 +253,13 @@ BAD = [
     (dict(cu_seqlens=np.array([6], np.int32), initial_state=None), ValueError, "cu_seqlens"),
     (dict(use_qk_l2norm=1), TypeError, "use_qk_l2norm"),
     (dict(precision="fp32"), ValueError, "precision"),
+    # contract B: g <= 0 (-inf taken); g > 0 grew the state, NaN gave NaN, silently
+    (dict(g=np.full((1, 6, 4), 0.5, np.float32)), ValueError, "^g: the log decay must be <= 0"),
+    (dict(g=np.full((1, 6, 4), np.nan, np.float32)), ValueError, "^g: the log decay"),
+    (dict(g=np.full((1, 6, 4), np.inf, np.float32)), ValueError, "^g: the log decay"),
+    (dict(q=[[0.0], [0.0, 1.0]]), TypeError, "^q: cannot be read as an array"),     # ragged
+    (dict(q=np.zeros((1, 6, 2, 4), np.longdouble)), TypeError, "^q: expected float16"),
+    (dict(precision=np.array(["fp64", "mp"])), ValueError, "^precision"),
 ]
 
 
@@ -268,6 +275,26 @@ def test_cu_seqlens_needs_batch_one():
     case = random_gdn_case(_rng(171), B=2, T=4, H=1, HV=1, K=2, V=2, with_state=False)
     with pytest.raises(ValueError, match="cu_seqlens"):
         oracle.gdn_reference(**case, cu_seqlens=np.array([0, 4], np.int32))
+
+
+def test_chunked_form_propagates_non_finite_inputs_as_the_recurrence_does():
+    """A NaN or inf in v, k, or beta gave scipy's "array must not contain infs or NaNs" from
+    the chunked form's triangular solve (naming nothing, mid-computation); it now propagates:
+    every output the token recurrence makes NaN is NaN, and so may be the earlier tokens of
+    the same chunk (NaN * 0 in its matrix products); every other output agrees."""
+    for name, bad in (("v", np.nan), ("k", np.inf), ("beta", np.nan)):
+        case = _base()
+        arr = np.array(case[name], dtype=np.float64, copy=True)
+        arr[(0, 3) + (0,) * (arr.ndim - 2)] = bad
+        case[name] = arr
+        o_rec, _ = oracle.gdn_reference(**case)
+        o_chk, _ = oracle.gdn_reference_chunked(**case, chunk=4)
+        assert np.isnan(o_rec).any()
+        assert np.isnan(o_chk[np.isnan(o_rec)]).all()
+        assert not np.isnan(o_chk[:, 4:][~np.isnan(o_rec[:, 4:])]).any()   # (after the chunk)
+        ok = ~np.isnan(o_chk)
+        assert ok.any()
+        np.testing.assert_allclose(o_chk[ok], o_rec[ok], rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("chunk,exc", [(0, ValueError), (2.5, TypeError), (True, TypeError)])

@@ -250,3 +250,40 @@ def test_fp16_excess_special_values():
     assert oracle.fp16_excess(np.array([np.inf, 2.0], np.float16), ref, 0.0) == math.inf
     assert oracle.fp16_excess(np.zeros(0, np.float16), np.zeros(0), 0.0) == -math.inf
     assert oracle.fp16_excess(np.array([1.0, 2.0], np.float16), ref, 0.0) <= 0
+
+
+@pytest.mark.parametrize("call,exc,name", [
+    (lambda: oracle.max_abs_bound(None, 1e-3), TypeError, "ref"),
+    (lambda: oracle.max_abs_bound(np.array([3 + 4j]), 1e-3), TypeError, "ref"),  # was 0.003
+    (lambda: oracle.max_abs_bound(np.ones(2), None), TypeError, "rel_bound"),
+    (lambda: oracle.max_abs_bound(np.ones(2), "x"), TypeError, "rel_bound"),
+    (lambda: oracle.max_abs_bound(np.ones(2), -1.0), ValueError, "rel_bound"),   # was -1.0
+    (lambda: oracle.max_abs_bound(np.ones(2), float("nan")), ValueError, "rel_bound"),
+    (lambda: oracle.fp16_rel_l2_bound(None, 1e-3), TypeError, "ref"),
+    (lambda: oracle.fp16_rel_l2_bound(np.ones(2), float("inf")), ValueError, "fp32_rel_bound"),
+    (lambda: oracle.fp16_excess(np.ones(2, np.float16), np.ones(2), -1.0), ValueError,
+     "fp32_abs_bound"),
+    (lambda: oracle.fp16_excess(np.ones(2, np.float16), np.ones(2), "x"), TypeError,
+     "fp32_abs_bound"),
+    (lambda: oracle.ulp16(None), TypeError, "x"),
+    (lambda: oracle.ulp16(np.array([1j])), TypeError, "x"),
+    (lambda: oracle.rel_l2([[1.0], [1.0, 2.0]], [1.0, 2.0]), TypeError, "x"),       # ragged
+    (lambda: oracle.max_abs([1.0, 2.0], [[1.0], [1.0, 2.0]]), TypeError, "ref"),
+    (lambda: oracle.first_mismatch([[1], [1, 2]], [1]), TypeError, "a"),
+    (lambda: oracle.qk_scale_f32(None, 1.0), TypeError, "scale"),
+    (lambda: oracle.qk_scale_f32(1.0, "x"), TypeError, "k_scale"),
+])
+def test_metric_helpers_name_a_bad_argument(call, exc, name):
+    """Before: None / complex references gave nan or dropped the imaginary part, a negative
+    or NaN bound was used as given, a ragged list gave numpy's error naming nothing."""
+    with pytest.raises(exc, match=f"^{name}: "):
+        call()
+
+
+def test_a_bound_derived_from_a_reference_may_be_nan_or_inf():
+    """What max_abs_bound gives for a NaN / infinite reference reaches fp16_excess as its
+    bound: NaN makes the excess NaN (never within), inf puts every finite element within."""
+    out = np.array([1.0, 2.0], np.float16)
+    assert math.isnan(oracle.fp16_excess(out, np.array([1.0, 2.0]), float("nan")))
+    assert oracle.fp16_excess(out, np.array([1.0, 3.0]), float("inf")) == -math.inf
+    assert math.isnan(oracle.max_abs_bound(np.array([np.nan, 1.0]), 1e-3))
