@@ -28,6 +28,8 @@ import ml_dtypes
 import mpmath
 import numpy as np
 
+from ._args import as_array
+
 __all__ = [
     "E4M3_TABLE",
     "decode_e4m3",
@@ -107,17 +109,8 @@ def _real_scalar(name, x, *, positive):
     return x
 
 
-def _as_array(name, a):
-    """``np.asarray(a)``, or a ``TypeError`` naming the argument for what numpy cannot read
-    as one array (a ragged list: numpy's own message names nothing)."""
-    try:
-        return np.asarray(a)
-    except Exception as exc:  # noqa: BLE001  (numpy: ValueError for ragged nesting)
-        raise TypeError(f"{name}: cannot be read as an array ({exc})") from None
-
-
 def _int_array(name, a, ndim):
-    a = _as_array(name, a)
+    a = as_array(name, a)
     if a.dtype.kind not in "iu":
         raise TypeError(f"{name}: expected an integer array (int32), got dtype {a.dtype}")
     if a.ndim != ndim:
@@ -133,7 +126,7 @@ def _validate(q, k_cache, v_cache, block_table, seq_lens, scale, k_scale, v_scal
               row_lengths, precision):
     if not isinstance(precision, str) or precision not in ("fp64", "mp"):
         raise ValueError(f"precision: expected 'fp64' or 'mp', got {precision!r}")
-    q = _as_array("q", q)
+    q = as_array("q", q)
     if q.dtype != np.float16:
         raise TypeError(f"q: expected float16, got dtype {q.dtype}")
     if q.ndim != 4:
@@ -141,7 +134,7 @@ def _validate(q, k_cache, v_cache, block_table, seq_lens, scale, k_scale, v_scal
     B, Q, Hq, D = q.shape
     caches = []
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
-        c = _as_array(name, c)
+        c = as_array(name, c)
         if c.dtype != np.uint8:
             raise TypeError(f"{name}: expected uint8 E4M3FN bytes, got dtype {c.dtype}")
         if c.ndim != 4:

@@ -35,6 +35,8 @@ import mpmath
 import numpy as np
 from scipy.linalg import solve_triangular
 
+from ._args import as_array
+
 __all__ = ["gdn_reference", "gdn_reference_mp", "gdn_reference_chunked"]
 
 MP_DPS = 50
@@ -44,10 +46,7 @@ L2NORM_EPS = 1e-6
 # --------------------------------------------------------------------------- validation
 
 def _float_array(name, a, ndim, what):
-    try:
-        a = np.asarray(a)
-    except Exception as exc:  # noqa: BLE001  (numpy: ValueError for ragged nesting)
-        raise TypeError(f"{name}: cannot be read as an array ({exc})") from None
+    a = as_array(name, a)
     if a.dtype.kind != "f" or a.dtype.itemsize > 8:
         # (a longdouble would be rounded to float64, not converted exactly)
         raise TypeError(f"{name}: expected float16/float32/float64, got dtype {a.dtype}")
@@ -106,10 +105,7 @@ def _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm,
         starts = np.arange(B, dtype=np.int64) * T      # offsets into the flat [B*T] tokens
         lens = np.full(B, T, dtype=np.int64)
     else:
-        try:
-            cu = np.asarray(cu_seqlens)
-        except Exception as exc:
-            raise TypeError(f"cu_seqlens: cannot be read as an array ({exc})") from None
+        cu = as_array("cu_seqlens", cu_seqlens)
         if cu.dtype.kind not in "iu":
             raise TypeError(f"cu_seqlens: expected an integer array (int32), got dtype {cu.dtype}")
         if cu.ndim != 1 or cu.shape[0] < 1:

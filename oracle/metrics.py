@@ -17,6 +17,8 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from ._args import as_array
+
 __all__ = ["rel_l2", "max_abs", "first_mismatch", "Mismatch", "ulp16", "max_abs_bound",
            "fp16_rel_l2_bound", "fp16_excess"]
 
@@ -24,20 +26,11 @@ __all__ = ["rel_l2", "max_abs", "first_mismatch", "Mismatch", "ulp16", "max_abs_
 _EXACT_INT = 2 ** 53  # integers up to this magnitude convert to float64 exactly
 
 
-def _as_array(name, x) -> np.ndarray:
-    """``np.asarray(x)``, or a ``TypeError`` naming the argument for what numpy cannot read
-    as one array (a ragged list: numpy's own message names nothing)."""
-    try:
-        return np.asarray(x)
-    except Exception as exc:  # noqa: BLE001  (numpy: ValueError for ragged nesting)
-        raise TypeError(f"{name}: cannot be read as an array ({exc})") from None
-
-
 def _real_array(name, x) -> np.ndarray:
     """``x`` as a float64 array, exactly: real numbers only (not complex, object, strings,
     None), no float wider than float64 and no integer past 2**53 (``TypeError`` /
     ``ValueError`` naming the argument)."""
-    arr = _as_array(name, x)
+    arr = as_array(name, x)
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{name}: expected a real numeric array, got dtype {arr.dtype}")
     if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
@@ -65,7 +58,7 @@ def _bound(name, b, derived: bool = False) -> float:
 
 
 def _pair(x, ref, name="x"):
-    a, r = _as_array(name, x), _as_array("ref", ref)
+    a, r = as_array(name, x), as_array("ref", ref)
     if a.shape != r.shape:
         raise ValueError(f"{name}: shape {a.shape} differs from ref shape {r.shape}")
     return _real_array(name, a), _real_array("ref", r)
@@ -225,8 +218,8 @@ def first_mismatch(a, b) -> Optional[Mismatch]:
     Bytes are compared in logical (C) element order regardless of memory layout, so
     ``-0.0`` differs from ``+0.0`` and NaNs compare by their payload bits.
     """
-    x = _as_array("a", a)
-    y = _as_array("b", b)
+    x = as_array("a", a)
+    y = as_array("b", b)
     if x.dtype != y.dtype:
         return Mismatch("dtype", a_value=str(x.dtype), b_value=str(y.dtype))
     if x.shape != y.shape:
