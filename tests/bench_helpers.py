@@ -1,4 +1,5 @@
-"""Running a ``bench/`` script as its own process, the way its users do."""
+"""The ``bench/`` scripts under test: importable in this process (:func:`bench_importable`)
+or run as their own process, the way their users run them (:func:`run_bench_script`)."""
 from __future__ import annotations
 
 import os
@@ -21,3 +22,10 @@ def run_bench_script(script, args, cwd, simulator=True, timeout=600):
         env.pop("NUMBA_ENABLE_CUDASIM", None)
     return subprocess.run([sys.executable, str(REPO / "bench" / script), *args], cwd=str(cwd),
                           env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def bench_importable(monkeypatch) -> None:
+    """``import bench.<script>`` works in this test (the repository root on ``sys.path`` for
+    the test's duration, where it is not already)."""
+    if str(REPO) not in sys.path:
+        monkeypatch.syspath_prepend(str(REPO))

@@ -8,15 +8,11 @@ import os
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.bench_helpers import run_bench_script
-
-REPO = Path(__file__).resolve().parents[1]
-
+from tests.bench_helpers import bench_importable, run_bench_script
 
 def _run(script, args, tmp_path, simulator=True):
     return run_bench_script(script, args, tmp_path, simulator=simulator, timeout=300)
@@ -106,8 +102,7 @@ _FAKE_TORCH = types.SimpleNamespace(cuda=types.SimpleNamespace(
 
 @pytest.fixture
 def gdn_bench(monkeypatch):
-    if str(REPO) not in sys.path:
-        monkeypatch.syspath_prepend(str(REPO))
+    bench_importable(monkeypatch)
     import bench.gdn as G
     from bench import _common as C
 

@@ -6,21 +6,15 @@ oracle is swapped for a wrong one."""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.bench_helpers import run_bench_script
-
-REPO = Path(__file__).resolve().parents[1]
-
+from tests.bench_helpers import bench_importable, run_bench_script
 
 @pytest.fixture
 def bench(monkeypatch):
-    if str(REPO) not in sys.path:
-        monkeypatch.syspath_prepend(str(REPO))
+    bench_importable(monkeypatch)
     monkeypatch.delenv("OUT", raising=False)
     from bench import _common as C
 

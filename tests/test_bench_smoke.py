@@ -4,26 +4,19 @@ JSON keys. No timing is asserted."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.bench_helpers import REPO, bench_importable, run_bench_script
+
 
 COMMON_KEYS = {"meta", "config", "ceilings", "results", "accuracy", "peers", "notes", "files"}
 META_KEYS = {"date_utc", "git_commit", "device", "command", "timing_method", "simulator"}
 
 
 def _run(script: str, out: Path):
-    env = dict(os.environ)
-    env["NUMBA_ENABLE_CUDASIM"] = "1"
-    env.pop("OUT", None)
-    cmd = [sys.executable, str(REPO / "bench" / script), "--smoke", "--out", str(out)]
-    proc = subprocess.run(cmd, cwd=str(REPO), env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = run_bench_script(script, ["--smoke", "--out", str(out)], REPO, timeout=900)
     assert proc.returncode == 0, (f"{script} exited {proc.returncode}\n--- stdout\n{proc.stdout}"
                                   f"\n--- stderr\n{proc.stderr[-6000:]}")
     return proc
@@ -70,10 +63,10 @@ def test_attention_smoke(tmp_path):
     assert not [n for n in data["notes"] if "block tables" in n], data["notes"]
 
 
-def test_attention_bench_notices_a_changed_block_table():
+def test_attention_bench_notices_a_changed_block_table(monkeypatch):
     """The benchmark's integrity check: a layer whose block table changed on the device,
     named with its input set where it is not the first."""
-    sys.path.insert(0, str(REPO))
+    bench_importable(monkeypatch)
     import numpy as np
     from numba import cuda
 
@@ -122,13 +115,10 @@ def test_attention_bench_graphs_keep_their_inputs_alive(tmp_path):
     the torch peers' replays read freed (reused) memory and hit index_select's device
     assert. Every peer must time its graph replay and no layer's block table may change."""
     pytest.importorskip("torch")
-    env = dict(os.environ)
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    cmd = [sys.executable, str(REPO / "bench" / "attention.py"), "--out", str(tmp_path),
-           "--contexts", "1024,4096", "--layers", "4", "--variants", "frozen", "--trials", "3",
-           "--no-eager", "--budget-s", "120", "--acc-context", "1024"]
-    proc = subprocess.run(cmd, cwd=str(REPO), env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = run_bench_script("attention.py", [
+        "--out", str(tmp_path), "--contexts", "1024,4096", "--layers", "4", "--variants",
+        "frozen", "--trials", "3", "--no-eager", "--budget-s", "120", "--acc-context", "1024"],
+        REPO, simulator=False, timeout=900)
     assert proc.returncode == 0, proc.stderr[-6000:]
     data = json.loads((tmp_path / "attention.json").read_text())
     for name, info in data["peers"].items():

@@ -5,17 +5,15 @@ and the cases launch through the public API (GDN's one-token case, on the simula
 from __future__ import annotations
 
 import ast
-import sys
 
 import pytest
 
-from tests.bench_helpers import REPO, run_bench_script
+from tests.bench_helpers import bench_importable, run_bench_script
 
 
 @pytest.fixture
 def sanitize_cases(monkeypatch):
-    if str(REPO) not in sys.path:
-        monkeypatch.syspath_prepend(str(REPO))
+    bench_importable(monkeypatch)
     import bench.sanitize_cases as S
     return S
 
