@@ -13,6 +13,7 @@ stride, range) and name the argument.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -227,7 +228,7 @@ def elements_overlap(shape: Sequence[int], strides: Sequence[int], itemsize: int
         span += st * (n - 1)
     else:
         return False
-    size = int(np.prod([n for _, n in dims], dtype=np.int64))
+    size = math.prod(n for _, n in dims)        # (Python ints: np.prod wraps past int64)
     if size > _OVERLAP_EXACT_LIMIT:
         return True
     offsets = np.zeros(1, dtype=np.int64)

@@ -102,7 +102,8 @@ def test_a_scale_whose_scores_can_leave_the_contracts_range_is_refused(good):
     ``scale``, the row and the bound. Just below the bound the call runs and matches the
     oracle."""
     import oracle
-    from dflash2_numba.attention.api import E4M3_MAX, SCORE_LIMIT
+    from dflash2_numba.attention.api import SCORE_LIMIT
+    from dflash2_numba.e4m3 import E4M3_MAX
 
     l1 = np.abs(good["q"].astype(np.float64)).sum(axis=-1)
     row = tuple(int(i) for i in np.unravel_index(int(np.argmax(l1)), l1.shape))

@@ -20,9 +20,10 @@ import numpy as np
 from .. import _arrays as A
 from .._compat import cuda
 from .._registry import UnsupportedShape, get_variant
-from ..contract import (ATTENTION_OUT_DTYPES, DEFAULT_SPLITS, HEAD_DIMS, MAX_GRID_YZ, MAX_GROUP,
-                        MAX_LOGICAL_SPLITS, MAX_Q, ceil_div, default_row_lengths)
-from ..e4m3 import DECODE_TABLE
+from ..contract import (ATTENTION_OUT_DTYPES, DEFAULT_SPLITS, HEAD_DIMS, LIVE_M_THRESHOLD,
+                        MAX_GRID_YZ, MAX_GROUP, MAX_LOGICAL_SPLITS, MAX_Q, ceil_div,
+                        default_row_lengths)
+from ..e4m3 import DECODE_TABLE, E4M3_MAX
 from ..workspace import AttentionWorkspace
 from .combine_batched import COLS as BATCHED_COMBINE_COLS
 
@@ -152,8 +153,7 @@ def _check_grid_dims(B: int, Hkv: int, Hq: int, D: int) -> None:
 
 # The scores the contract keeps apart from its own markers: a masked key scores -1e30, and
 # the combine takes a split as empty when its max is not above -1e20 (contract A).
-SCORE_LIMIT = 1e20
-E4M3_MAX = 448.0
+SCORE_LIMIT = -float(LIVE_M_THRESHOLD)
 
 
 def _check_score_range(q_values: np.ndarray, qk_scale: np.float32) -> None:

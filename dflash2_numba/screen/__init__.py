@@ -83,7 +83,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .._compat import SIMULATOR, emulated_cc, gpu_available
 
     try:
-        emulated_cc()
+        emu = emulated_cc()
     except ValueError as exc:
         print(f"dflash2-screen: error: {exc}", file=sys.stderr)
         return 2
@@ -123,7 +123,6 @@ def main(argv: Optional[List[str]] = None) -> int:
               "give --jobs 1 or --no-timing", file=sys.stderr)
         return 2
     where = "CUDA simulator" if SIMULATOR else "GPU"
-    emu = emulated_cc()
     print(f"dflash2-screen: {'quick' if quick else 'full'} matrix on the {where}", flush=True)
     if emu is not None:
         print(f"dflash2-screen: plans as on compute capability {emu[0]}.{emu[1]} "
