@@ -496,13 +496,16 @@ def memory_named(sized_by: str, what: str):
 
 
 def result_like(kind: str, dev_array, stream=0):
-    """Return ``dev_array`` as the kind of array the caller passed in."""
+    """Return ``dev_array`` as the kind of array the caller passed in (a torch tensor on
+    the current device, the call's: see :mod:`._devices`)."""
     if kind == KIND_NUMPY:
         return dev_array.copy_to_host(stream=stream)
     if kind == KIND_TORCH:
         import torch
 
-        return torch.as_tensor(dev_array, device="cuda")
+        from ._devices import current_device
+
+        return torch.as_tensor(dev_array, device=torch.device("cuda", current_device()))
     if kind == KIND_CUPY:
         import cupy
 

@@ -93,9 +93,9 @@ class DynShared:
 
 
 class _AttributeState:
-    """The attribute values this process has set, per (kernel, overload, attribute), and a
-    generation counted up at every change (an instance's remembered launch is stale once
-    any attribute changed after it: another instance may share its kernel). Keyed by the
+    """The attribute values this process has set, per (kernel, overload, attribute, device),
+    and a generation counted up at every change (an instance's remembered launch is stale
+    once any attribute changed after it: another instance may share its kernel). Keyed by the
     kernel object (identity hash), which the entry keeps alive, not by its ``id``: a kernel
     a script builds and drops cannot pass its entry to a new one at the same address."""
 
@@ -108,14 +108,22 @@ _attr_state = _AttributeState()
 
 
 def _set_attribute(kernel, argtypes, name: str, value: int) -> None:
-    """``name`` = ``value`` on ``kernel``'s overload for the numba types ``argtypes``, unless
-    this process already set that value there."""
-    key = (kernel, argtypes, name)
+    """``name`` = ``value`` on ``kernel``'s overload for the numba types ``argtypes`` on the
+    current device (each device loads its own copy of the kernel), unless this process
+    already set that value there."""
+    key = (kernel, argtypes, name, _current_device_id())
     if _attr_state.values.get(key) == int(value):
         return
     _driver_set(kernel, argtypes, name, int(value))
     _attr_state.values[key] = int(value)
     _attr_state.generation += 1
+
+
+def _current_device_id() -> int:
+    """The ordinal of the current device (a GPU only: the simulator sets no attributes)."""
+    from numba import cuda
+
+    return int(cuda.get_current_device().id)
 
 
 def _driver_set(kernel, argtypes, name: str, value: int) -> None:

@@ -5,6 +5,8 @@ and the output (``out [B, Q, Hq, D]`` in ``out_dtype``). Each buffer is a view i
 larger flat allocation with ``guard`` elements on both sides; :meth:`fill_sentinel`
 writes -777.0 everywhere, guards included, and :meth:`guards_intact` reports whether
 every guard element still holds the sentinel (nothing wrote outside its buffer).
+The buffers live on the device current when the workspace is built (``device``); a call
+passes it only with arrays of that device, and its own methods run there.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Dict
 import numpy as np
 
 from ._arrays import check_dtype_choice, check_positive_int, int_text, resolve_stream
+from . import _devices
 from ._compat import cuda
 from .contract import (ATTENTION_OUT_DTYPES, DEFAULT_SPLITS, HEAD_DIMS, MAX_LOGICAL_SPLITS, MAX_Q,
                        SENTINEL)
@@ -26,7 +29,8 @@ class GuardedBuffer:
     on each side: :meth:`fill` writes the sentinel everywhere, guards included, and
     :meth:`guards_intact` says whether every guard element still holds it."""
 
-    def __init__(self, shape, dtype, guard: int):
+    def __init__(self, shape, dtype, guard: int, device=None):
+        self.device = device
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.guard = int(guard)
@@ -38,13 +42,15 @@ class GuardedBuffer:
     def fill(self, stream=0) -> None:
         if self._host_sentinel is None:
             self._host_sentinel = np.full(self.flat.shape, SENTINEL, dtype=self.dtype)
-        self.flat.copy_to_device(self._host_sentinel, stream=stream)
+        with _devices.on_device(self.device):
+            self.flat.copy_to_device(self._host_sentinel, stream=stream)
 
     def guards_intact(self) -> bool:
         # the launches may be on any stream, a non-blocking one (torch, CuPy) included,
         # which a copy on the legacy default stream would not wait for: wait for them all
-        cuda.synchronize()
-        host = self.flat.copy_to_host()
+        with _devices.on_device(self.device):
+            cuda.synchronize()
+            host = self.flat.copy_to_host()
         sent = np.asarray(SENTINEL, dtype=self.dtype).tobytes()
         lo = host[:self.guard].tobytes()
         hi = host[self.guard + self.size:].tobytes()
@@ -73,11 +79,12 @@ class AttentionWorkspace:
         B, S, Q, H, D = self.batch, self.splits, self.q_len, self.heads, self.head_dim
         shapes = {"partial": ((B, S, Q, H, D), np.float32), "lse": ((B, S, Q, H, 2), np.float32),
                   "out": ((B, Q, H, D), self.out_dtype)}
+        self.device = _devices.current_device()     # (None on the simulator)
         nbytes = sum((math.prod(sh) + 2 * g) * np.dtype(dt).itemsize
                      for sh, dt in shapes.values())
         try:
             self._buffers: Dict[str, GuardedBuffer] = {
-                name: GuardedBuffer(sh, dt, g) for name, (sh, dt) in shapes.items()}
+                name: GuardedBuffer(sh, dt, g, self.device) for name, (sh, dt) in shapes.items()}
         except Exception as exc:   # noqa: BLE001  (numpy / the driver: out of memory)
             raise ValueError(f"batch, splits, q_len, heads, head_dim: the workspace needs "
                              f"{int_text(nbytes)} bytes, which cannot be allocated "
@@ -97,9 +104,11 @@ class AttentionWorkspace:
 
     def fill_sentinel(self, stream=0) -> "AttentionWorkspace":
         """-777.0 in every element of every buffer, guards included, copied on ``stream``
-        (any stream ``verify_attention`` takes; ``TypeError`` / ``ValueError`` naming
-        ``stream`` otherwise, before anything is written)."""
-        strm = resolve_stream(stream)
+        (any stream ``verify_attention`` takes, of the workspace's device; ``TypeError`` /
+        ``ValueError`` naming ``stream`` otherwise, before anything is written)."""
+        with _devices.on_device(self.device):
+            strm = resolve_stream(stream)
+            _devices.check_stream(strm, self.device)
         for buf in self._buffers.values():
             buf.fill(strm)
         return self

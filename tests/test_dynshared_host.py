@@ -28,6 +28,9 @@ class FakeKernel:
         return launch
 
 
+CURRENT_DEVICE = [0]     # what the fixture's "current device" answers (a test may change it)
+
+
 @pytest.fixture
 def gpu_path(monkeypatch):
     """DynShared as on a GPU, with the driver call (compile + cuKernelSetAttribute) replaced
@@ -36,6 +39,7 @@ def gpu_path(monkeypatch):
     state = DS._AttributeState()
     monkeypatch.setattr(DS, "SIMULATOR", False)
     monkeypatch.setattr(DS, "_attr_state", state)
+    monkeypatch.setattr(DS, "_current_device_id", lambda: CURRENT_DEVICE[0])
 
     def fake_driver_set(kernel, argtypes, name, value):
         calls.append((kernel, argtypes, name.rsplit("_ATTRIBUTE_", 1)[1], value))
@@ -131,6 +135,23 @@ def test_attribute_memory_is_per_kernel_object(gpu_path):
     assert any(k is k1 for k in kernels) and any(k is k2 for k in kernels)
 
 
+def test_attributes_are_set_on_each_device(gpu_path):
+    """Each device loads its own copy of a kernel: a value set on device 0 is set again
+    when the same overload is prepared with device 1 current, and only once there."""
+    args = (np.zeros(2, np.float32),)
+    k = FakeKernel()
+    try:
+        _set(k, args, DS.SMEM_LIMIT, 100 * 1024)
+        CURRENT_DEVICE[0] = 1
+        _set(k, args, DS.SMEM_LIMIT, 100 * 1024)
+        _set(k, args, DS.SMEM_LIMIT, 100 * 1024)
+    finally:
+        CURRENT_DEVICE[0] = 0
+    _set(k, args, DS.SMEM_LIMIT, 100 * 1024)
+    assert [c[2:] for c in gpu_path] == [("MAX_DYNAMIC_SHARED_SIZE_BYTES", 100 * 1024)] * 2
+    assert sorted(key[3] for key in DS._attr_state.values) == [0, 1]
+
+
 def test_launch_and_attribute_compile_run_under_exact_fp32(monkeypatch):
     """DynShared's launch, and the overload compile ``_driver_set`` makes (also for a probe's
     ``set_carveout`` outside any launch), run under ``exact_fp32``: numba keeps one build per
@@ -154,6 +175,7 @@ def test_launch_and_attribute_compile_run_under_exact_fp32(monkeypatch):
 
     monkeypatch.setattr(DS, "SIMULATOR", False)
     monkeypatch.setattr(DS, "_attr_state", DS._AttributeState())
+    monkeypatch.setattr(DS, "_current_device_id", lambda: 0)
     k = RecordingKernel()
     with pytest.raises(Stop):
         DS.set_carveout(k, (np.zeros(2, np.float32),), 100)

@@ -18,6 +18,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .. import _arrays as A
+from .. import _devices
 from .._compat import cuda
 from .._registry import UnsupportedShape, get_variant
 from ..contract import (ATTENTION_OUT_DTYPES, DEFAULT_SPLITS, HEAD_DIMS, LIVE_M_THRESHOLD,
@@ -27,14 +28,15 @@ from ..e4m3 import DECODE_TABLE, E4M3_MAX
 from ..workspace import AttentionWorkspace
 from .combine_batched import COLS as BATCHED_COMBINE_COLS
 
-_decode_table_dev = None
+_decode_tables = {}      # device ordinal -> the E4M3 decode table in that device's memory
 
 
-def _device_decode_table():
-    global _decode_table_dev
-    if _decode_table_dev is None:
-        _decode_table_dev = cuda.to_device(np.ascontiguousarray(DECODE_TABLE))
-    return _decode_table_dev
+def _device_decode_table(device):
+    """The E4M3 decode table on ``device`` (the current one), copied there once."""
+    table = _decode_tables.get(device)
+    if table is None:
+        table = _decode_tables[device] = cuda.to_device(np.ascontiguousarray(DECODE_TABLE))
+    return table
 
 
 @dataclass
@@ -72,6 +74,7 @@ class AttentionPlan:
     stream: Any = 0
     out_host: Any = None     # a caller's numpy ``out``, filled after the launch
     workspace: Any = None    # the caller's AttentionWorkspace, if one was given
+    device: Optional[int] = None   # the CUDA device of every buffer (None: the simulator)
     # what a variant derives from the plan for its launches (kernel views of the caches,
     # the schedule for the device), computed at the first launch and reused
     launch_cache: dict = field(default_factory=dict, repr=False)
@@ -89,14 +92,25 @@ class AttentionPlan:
     def launch(self, stream=None) -> None:
         """Launch the variant's kernels (no checks, no transfers): graph-capturable. They
         write the device buffers only (``out``, ``partial``, ``lse``); a numpy ``out`` is
-        filled by :meth:`results`."""
-        self.variant.run(self, self.stream if stream is None else A.resolve_stream(stream))
+        filled by :meth:`results`. They run on the plan's device (its context made current
+        for them); a ``stream`` given here must be one of that device."""
+        with _devices.on_device(self.device):
+            if stream is None:
+                strm = self.stream
+            else:
+                strm = A.resolve_stream(stream)
+                _devices.check_stream(strm, self.device)
+            self.variant.run(self, strm)
 
     def results(self) -> AttentionResult:
         """``AttentionResult(out, partial, lse)`` of the last launch, in the kind of array
         ``q`` came in (numpy: copies; device: the plan's own buffers, which the next launch
         overwrites). A caller's numpy ``out`` is filled and returned as ``out`` whatever
         kind ``q`` is."""
+        with _devices.on_device(self.device):
+            return self._results()
+
+    def _results(self) -> AttentionResult:
         kind, strm = self.kind, self.stream
         host_kind = kind == A.KIND_NUMPY
         if self.out_host is not None:
@@ -128,7 +142,8 @@ class AttentionPlan:
         values that pass. Call this after changing them and before launching, outside any
         graph capture (it copies device values to the host); ``ValueError`` names the
         argument."""
-        self.value_check()
+        with _devices.on_device(self.device):
+            self.value_check()
 
 
 def _check_cache(arg: A.ArrayArg, name_layout: str):
@@ -235,11 +250,27 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         workspace: an :class:`AttentionWorkspace` of the call's shape (its split records,
         and its ``out`` when no device ``out`` is given and the dtype matches).
         out_dtype: ``"float16"`` or ``"float32"`` (the combine's FP32 result before the cast).
-        stream: numba / torch / CuPy / ``__cuda_stream__`` stream, a raw handle, or None.
+        stream: numba / torch / CuPy / ``__cuda_stream__`` stream, a raw handle, or None;
+        a stream of the call's device.
+
+    Every device array (inputs, ``out``, the workspace) must be on one CUDA device
+    (``ValueError`` naming the first on another); the call runs there, whatever device
+    is current (numpy inputs only: on the current device).
 
     Every check runs first (``TypeError`` / ``ValueError`` naming the argument, nothing
     written); then numpy inputs are copied to the device and the buffers bound.
     """
+    with _devices.CallDevice() as on_call_device:
+        return _plan_attention(q, k_cache, v_cache, block_table, seq_lens, scale, k_scale,
+                               v_scale, row_lengths, splits, variant, out, workspace,
+                               out_dtype, stream, on_call_device)
+
+
+def _plan_attention(q, k_cache, v_cache, block_table, seq_lens, scale, k_scale, v_scale,
+                    row_lengths, splits, variant, out, workspace, out_dtype, stream,
+                    on_call_device: _devices.CallDevice) -> AttentionPlan:
+    """:func:`plan_attention`'s work; ``on_call_device`` is entered once the arrays are
+    read, before the first device access (the value checks' copies)."""
     var = get_variant("attention", variant)
     qa = A.as_array_arg(q, "q")
     A.check_dtype(qa, [np.float16])
@@ -291,6 +322,11 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         A.check_dtype(ra, [np.int32])
         A.check_shape(ra, (B, Q), "[B, Q]")
         A.check_nonnegative_strides(ra)
+    ws_buffers = ([("workspace", workspace.partial)]
+                  if isinstance(workspace, AttentionWorkspace) else [])
+    on_call_device.enter(_devices.call_device(
+        [(a.name, a) for a in (qa, ka, va, bt, sl, ra) if a is not None]
+        + [("out", out)] + ws_buffers))
     _check_values(qa, sl, ra, bt, page_size, num_pages, qk_scale)
 
     odt = A.check_dtype_choice(out_dtype, "out_dtype", ATTENTION_OUT_DTYPES)
@@ -332,6 +368,7 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
 
     # ---- every check passed: bind device memory ----
     strm = A.resolve_stream(stream)
+    _devices.check_stream(strm, on_call_device.device)
 
     def device_of(a: A.ArrayArg):
         """``a`` on the device (numpy: a compact host copy, then the device's), or a
@@ -362,10 +399,10 @@ def plan_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale, k_scale
         use_rows=0 if ra is None else 1, qk_scale=qk_scale, v_scale=vs32,
         q=q_dev, k_cache=k_dev, v_cache=v_dev,
         block_table=bt_dev, seq_lens=sl_dev, row_lengths=rows_dev,
-        decode_table=_device_decode_table(), partial=partial, lse=lse, out=out_dev,
+        decode_table=_device_decode_table(on_call_device.device), partial=partial, lse=lse, out=out_dev,
         kind=qa.kind, stream=strm,
         out_host=oa.obj if oa is not None and oa.kind == A.KIND_NUMPY else None,
-        workspace=workspace,
+        workspace=workspace, device=on_call_device.device,
         value_check=lambda: _check_values(bound["q"], bound["seq_lens"],
                                           bound["row_lengths"] if ra is not None else None,
                                           bound["block_table"], int(page_size), int(num_pages),

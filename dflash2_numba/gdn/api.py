@@ -26,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import _registry
+from .. import _devices, _registry
 from .._arrays import (KIND_NUMPY, ArrayArg, allocate, as_array_arg, check_all_finite,
                        check_contiguous, check_disjoint, check_dtype, check_elements_disjoint,
                        check_finite_scalar, check_int_range, check_ndim, check_nonnegative_strides,
@@ -151,8 +151,9 @@ class GdnCall:
     :meth:`results` returns ``(o, final_state)`` in the caller's kind of array."""
 
     def __init__(self, plan, variant, stream, kind, d_o, final, dcache, sca, idx_host, state_cache,
-                 out_arg=None, out_obj=None):
+                 out_arg=None, out_obj=None, device=None):
         self.plan, self.variant, self.stream, self.kind = plan, variant, stream, kind
+        self.device = device        # the CUDA device of every buffer (None: the simulator)
         self._d_o, self._final, self._dcache = d_o, final, dcache
         self._sca, self._idx_host, self._state_cache = sca, idx_host, state_cache
         self._out, self._out_obj = out_arg, out_obj   # the caller's ``out``, if one was given
@@ -162,8 +163,16 @@ class GdnCall:
         transfers or allocations, so it can be captured in a CUDA graph and replayed. Each
         launch reads q, k, v, g, beta and the initial states as they are then (numpy inputs:
         the plan's device copies); the sequences (``cu_seqlens``) and the slots
-        (``state_indices``) are the values the plan was made with."""
-        self.variant.run(self.plan, self.stream if stream is None else resolve_stream(stream))
+        (``state_indices``) are the values the plan was made with. They run on the plan's
+        device (its context made current for them); a ``stream`` given here must be one of
+        that device."""
+        with _devices.on_device(self.device):
+            if stream is None:
+                strm = self.stream
+            else:
+                strm = resolve_stream(stream)
+                _devices.check_stream(strm, self.device)
+            self.variant.run(self.plan, strm)
 
     def results(self):
         """``(o, final_state)`` of the last launch in the kind of array ``q`` came in: a
@@ -172,6 +181,10 @@ class GdnCall:
         buffers (the next launch overwrites them), the caller's device ``out`` /
         ``state_cache`` when given. ``final_state`` is ``state_cache`` when one was given,
         ``None`` when ``output_final_state`` was false."""
+        with _devices.on_device(self.device):
+            return self._results()
+
+    def _results(self):
         st, kind, sca = self.stream, self.kind, self._sca
         if self._out is None:
             o_out = result_like(kind, self._d_o, stream=st)
@@ -249,7 +262,12 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         ``state_cache`` rows) are finite, and, with ``use_qk_l2norm``, that no float32 q or
         k row's sum of squares overflows FP32 (the contract's norm would make it zeros;
         values of size about ``1e19 / sqrt(K)``); device arrays are copied to the host for it.
-        stream: numba / torch / cupy stream or raw handle (default stream if None).
+        stream: numba / torch / cupy stream or raw handle (default stream if None), of the
+        call's device.
+
+    Every device array (inputs, ``out``, ``initial_state``, the state cache) must be on one
+    CUDA device (``ValueError`` naming the first on another); the call runs there, whatever
+    device is current (numpy inputs only: on the current device).
 
     ``gdn_prefill`` returns ``(o [B, T, HV, V], final_state float32 [N, HV, K, V] or None)``
     in the kind of array ``q`` came as (numpy in, numpy out; device arrays zero-copy).
@@ -259,6 +277,17 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
     Changing either array after planning changes nothing the launches do; plan again.
     A buffer the call cannot allocate raises ``ValueError`` naming the arguments that size it.
     """
+    with _devices.CallDevice() as on_call_device:
+        return _plan_gdn(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm,
+                         variant, output_final_state, state_cache, state_indices, out_dtype,
+                         out, check_values, stream, _max_ctas, _threads, on_call_device)
+
+
+def _plan_gdn(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm, variant,
+              output_final_state, state_cache, state_indices, out_dtype, out, check_values,
+              stream, _max_ctas, _threads, on_call_device: _devices.CallDevice) -> GdnCall:
+    """:func:`plan_gdn`'s work; ``on_call_device`` is entered once the arrays are read,
+    before the first device access (``cu_seqlens``' copy to the host)."""
     # ---- array kinds, dtypes, shapes
     qa = as_array_arg(q, "q")
     ka = as_array_arg(k, "k")
@@ -314,6 +343,10 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
             raise ValueError(f"cu_seqlens: expected shape [N + 1] with N >= 0, got {cua.shape}")
         if B != 1:
             raise ValueError(f"cu_seqlens: packed variable-length input needs B == 1, q has B = {B}")
+    on_call_device.enter(_devices.call_device(
+        [(a.name, a) for a in (qa, ka, va, ga, ba, cua) if a is not None]
+        + [("initial_state", initial_state), ("state_cache", state_cache),
+           ("state_indices", state_indices), ("out", out)]))
     seqs = _sequences(B, T, cua)
     N = seqs.shape[0]
 
@@ -400,6 +433,7 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
     sized_by = "q, k, v" + (", state_cache" if sca is not None else "")
     with memory_named(sized_by, "the call's device copies and scratch"):
         st = resolve_stream(stream)
+        _devices.check_stream(st, on_call_device.device)
         dq, dk, dv = _to_device(qa, st), _to_device(ka, st), _to_device(va, st)
         dg, dbeta = _to_device(ga, st), _to_device(ba, st)
         if oa is not None and oa.kind != KIND_NUMPY:
@@ -438,4 +472,4 @@ def plan_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=Non
         if var.prepare is not None:
             var.prepare(plan, st)
     return GdnCall(plan, var, st, qa.kind, d_o, final, dcache, sca, idx_host, state_cache,
-                   out_arg=oa, out_obj=out)
+                   out_arg=oa, out_obj=out, device=on_call_device.device)
