@@ -196,3 +196,29 @@ def test_a_workspace_keeps_its_device_for_its_own_copies(fake):
     ws.fill_sentinel()
     assert ws.guards_intact()
     assert fake.entered and set(fake.entered) == {0}
+
+
+def test_a_launch_stream_is_checked_once_per_stream_object(fake, monkeypatch):
+    """``launch(stream)`` checks that the stream is one of the plan's device (a refused one
+    launches nothing), once per stream object: a replayed launch pays it once."""
+    seen = []
+
+    def check_stream(strm, dev):
+        seen.append((strm, dev))
+        if getattr(strm, "foreign", False):
+            raise ValueError("stream: not a stream of CUDA device 0")
+
+    monkeypatch.setattr(_devices, "check_stream", check_stream)
+
+    for plan in (d2.plan_attention(**tiny_case(), splits=4), d2.plan_gdn(**_gdn_case())):
+        seen.clear()
+        s1, s2 = cuda.stream(), cuda.stream()
+        for s in (s1, s1, s1, s2, s2):
+            plan.launch(s)
+        assert [x[0] for x in seen] == [s1, s2] and {x[1] for x in seen} == {0}
+        d2.route_counters(reset=True)
+        with pytest.raises(ValueError, match="^stream: not a stream of CUDA device 0"):
+            foreign = cuda.stream()
+            foreign.foreign = True
+            plan.launch(foreign)
+        assert d2.route_counters() == {}, "a kernel was launched"

@@ -80,6 +80,9 @@ class AttentionPlan:
     launch_cache: dict = field(default_factory=dict, repr=False)
     # the plan-time checks on values, bound to this plan's arrays (check_inputs runs it)
     value_check: Any = field(default=None, repr=False)
+    # the last stream a launch was given and found to be of the plan's device (kept alive
+    # here, so the same object is the same stream)
+    checked_stream: Any = field(default=None, repr=False)
 
     def launch_setup(self, key: str, build):
         """``build(self)`` the first time ``key`` is asked for, the same object after that:
@@ -99,7 +102,9 @@ class AttentionPlan:
                 strm = self.stream
             else:
                 strm = A.resolve_stream(stream)
-                _devices.check_stream(strm, self.device)
+                if strm is not self.checked_stream:   # (a replayed launch's stream: once)
+                    _devices.check_stream(strm, self.device)
+                    self.checked_stream = strm
             self.variant.run(self, strm)
 
     def results(self) -> AttentionResult:
