@@ -62,6 +62,7 @@ class ArrayArg:
     dtype: np.dtype
     strides: tuple         # in bytes
     _device: Any = None
+    ptr: Optional[int] = None   # device memory: the data pointer (read once, at parse time)
 
     @property
     def ndim(self) -> int:
@@ -120,7 +121,8 @@ def as_array_arg(x: Any, name: str) -> ArrayArg:
         # a numba device array; the simulator's has no __cuda_array_interface__, and its
         # __dlpack__ would pass it off as a host array (numpy results for device inputs)
         return ArrayArg(name, x, KIND_DEVICE, tuple(int(s) for s in x.shape), np.dtype(x.dtype),
-                        tuple(int(s) for s in x.strides))
+                        tuple(int(s) for s in x.strides),
+                        ptr=int(_device_interface(x)["data"][0]))
     if hasattr(x, "__cuda_array_interface__"):
         if SIMULATOR:
             raise _unreachable_on_simulator(name, x, "__cuda_array_interface__")
@@ -131,7 +133,8 @@ def as_array_arg(x: Any, name: str) -> ArrayArg:
         if strides is None:
             strides = _contiguous_strides(shape, dtype.itemsize)
         kind = _kind_of(x) or KIND_CAI
-        return ArrayArg(name, x, kind, shape, dtype, tuple(int(s) for s in strides))
+        return ArrayArg(name, x, kind, shape, dtype, tuple(int(s) for s in strides),
+                        ptr=int(cai["data"][0]))
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
         try:
             dev_type = int(x.__dlpack_device__()[0])
@@ -158,7 +161,8 @@ def as_array_arg(x: Any, name: str) -> ArrayArg:
                        else tuple(int(s) * dtype.itemsize for s in st))
             cai = {"shape": shape, "typestr": dtype.str, "data": (int(view.ptr), view.readonly),
                    "strides": strides, "version": 3}
-            return ArrayArg(name, _CAIWrapper(cai, x), KIND_CAI, shape, dtype, strides)
+            return ArrayArg(name, _CAIWrapper(cai, x), KIND_CAI, shape, dtype, strides,
+                            ptr=int(view.ptr))
         raise TypeError(f"{name}: DLPack device type {dev_type} is not supported")
     raise TypeError(
         f"{name}: expected a numpy array, a numba device array, or an object with "
@@ -330,17 +334,20 @@ def device_span(arr: Any) -> Optional[Tuple[int, int]]:
     an object with ``__cuda_array_interface__``, or an :class:`ArrayArg` of either), from its
     pointer, shape and strides (negative strides included); None for a host (numpy) array
     and for an array with no elements."""
-    cai = _device_interface(arr)
-    if cai is None:
-        return None
-    shape = tuple(int(n) for n in cai["shape"])
+    if isinstance(arr, ArrayArg) and arr.ptr is not None:   # (parsed: no interface to read)
+        shape, itemsize, strides, ptr = arr.shape, arr.itemsize, arr.strides, arr.ptr
+    else:
+        cai = _device_interface(arr)
+        if cai is None:
+            return None
+        shape = tuple(int(n) for n in cai["shape"])
+        itemsize = np.dtype(cai["typestr"]).itemsize
+        strides = cai.get("strides")
+        if strides is None:
+            strides = _contiguous_strides(shape, itemsize)
+        ptr = int(cai["data"][0])
     if any(n == 0 for n in shape):
         return None
-    itemsize = np.dtype(cai["typestr"]).itemsize
-    strides = cai.get("strides")
-    if strides is None:
-        strides = _contiguous_strides(shape, itemsize)
-    ptr = int(cai["data"][0])
     lo = ptr + sum((n - 1) * int(st) for n, st in zip(shape, strides) if int(st) < 0)
     hi = ptr + sum((n - 1) * int(st) for n, st in zip(shape, strides) if int(st) > 0) + itemsize
     return lo, hi
