@@ -24,10 +24,18 @@ import numpy as np
 from ._compat import SIMULATOR, cuda
 
 
-def _driver():
-    from cuda.bindings import driver as drv
+_drv = None
 
-    return drv
+
+def _driver():
+    """``cuda.bindings.driver``, initialised (``cuInit``) the first time it is asked for."""
+    global _drv
+    if _drv is None:
+        from cuda.bindings import driver as drv
+
+        drv.cuInit(0)
+        _drv = drv
+    return _drv
 
 
 def _error_name(drv, err) -> str:
@@ -40,7 +48,6 @@ def pointer_device(ptr: int, name: str) -> int:
     registered host memory); ``ValueError`` naming ``name`` for a pointer the CUDA driver
     does not know (host memory, freed memory, a made-up address)."""
     drv = _driver()
-    drv.cuInit(0)
     attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
     err, ordinal = drv.cuPointerGetAttribute(attr, drv.CUdeviceptr(int(ptr)))
     if err != drv.CUresult.CUDA_SUCCESS:
