@@ -77,6 +77,16 @@ def _device_pointer(name: str, obj: Any) -> Optional[int]:
     return None if span is None else int(span[0])
 
 
+_primary_handles = {}    # device ordinal -> its primary context's handle (an int)
+
+
+def _primary_handle(dev: int) -> int:
+    handle = _primary_handles.get(dev)
+    if handle is None:
+        handle = _primary_handles[dev] = int(cuda.gpus[dev].get_primary_context().handle)
+    return handle
+
+
 def current_device() -> Optional[int]:
     """The ordinal of the current device (numba's current context); None on the simulator."""
     if SIMULATOR:
@@ -111,13 +121,12 @@ def on_device(dev: Optional[int]):
     if dev is None or SIMULATOR:
         yield
         return
-    gpu = cuda.gpus[dev]
     drv = _driver()
     err, cur = drv.cuCtxGetCurrent()
-    if err == drv.CUresult.CUDA_SUCCESS and int(cur) == int(gpu.get_primary_context().handle):
+    if err == drv.CUresult.CUDA_SUCCESS and int(cur) == _primary_handle(dev):
         yield
         return
-    with gpu:
+    with cuda.gpus[dev]:
         yield
 
 
@@ -136,7 +145,7 @@ def check_stream(strm, dev: Optional[int]) -> None:
     if err != drv.CUresult.CUDA_SUCCESS:
         raise ValueError(f"stream: handle {handle:#x} is no stream the CUDA driver knows "
                          f"({_error_name(drv, err)})")
-    if int(ctx) != int(cuda.gpus[dev].get_primary_context().handle):
+    if int(ctx) != _primary_handle(dev):
         raise ValueError(f"stream: not a stream of CUDA device {dev}'s primary context, where "
                          f"the call's arrays are; pass a stream of that device")
 
@@ -161,3 +170,25 @@ class CallDevice:
     def enter(self, dev: Optional[int]) -> None:
         self._stack.enter_context(on_device(dev))
         self.device = dev if dev is not None else current_device()
+
+
+class LaunchStreams:
+    """A plan's launch streams: its own (checked at plan time), or one a launch passes,
+    resolved (:func:`._arrays.resolve_stream`) and checked to be of the plan's device
+    (:func:`check_stream`) once per stream object; the last one is kept, so a replayed
+    launch on the same object pays neither again."""
+
+    def __init__(self, own, dev: Optional[int]):
+        self.own, self.device = own, dev
+        self._checked = None
+
+    def resolve(self, stream):
+        if stream is None:
+            return self.own
+        from ._arrays import resolve_stream
+
+        strm = resolve_stream(stream)
+        if strm is not self._checked:
+            check_stream(strm, self.device)
+            self._checked = strm
+        return strm

@@ -8,6 +8,7 @@ import pytest
 import dflash2_numba as d2
 import oracle
 from dflash2_numba.contract import NEG_INF, SENTINEL, active_splits, split_tiles
+from tests.array_helpers import device_copies
 from tests.attention_helpers import case, check_against_oracle, run
 
 # the frozen kernel's own accuracy on these deterministic cases: FP32 rel L2 1.2e-7 to 2.2e-7
@@ -238,13 +239,11 @@ def test_device_arrays_in_device_arrays_out():
     """Numba device arrays in (the simulator's too): ``out``, ``partial`` and ``lse`` come back
     as device arrays, the caller workspace's own when one is passed, with the numpy call's
     bytes."""
-    from numba import cuda
-
     rng = np.random.default_rng(41)
     c = case(rng, B=1, Q=2, Hq=2, Hkv=1, D=64, page_size=16, seq_lens=[200], strided=False)
     assert active_splits(200, 2) == 2        # every split written: whole arrays compare
     host = run(d2, c, splits=2)
-    dev = {k: (cuda.to_device(v) if isinstance(v, np.ndarray) else v) for k, v in c.items()}
+    dev = device_copies(c)
     ws = d2.AttentionWorkspace(batch=1, q_len=2, heads=2, head_dim=64, splits=2)
     ws.fill_sentinel()
     for kw in ({}, {"workspace": ws}):

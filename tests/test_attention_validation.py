@@ -8,6 +8,7 @@ import pytest
 import dflash2_numba as d2
 from dflash2_numba.attention.api import _check_grid_dims
 from dflash2_numba.contract import MAX_LOGICAL_SPLITS, SENTINEL
+from tests.array_helpers import device_copies
 from tests.attention_helpers import case
 
 
@@ -247,17 +248,11 @@ def test_workspace_arguments():
             d2.AttentionWorkspace(**args)
 
 
-def _device(args):
-    from dflash2_numba._compat import cuda
-
-    return {k: cuda.to_device(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
-
-
 def test_numpy_out_is_filled_by_results_whatever_q_is(good):
     """A numpy ``out``: ``plan.launch()`` writes the device buffers only, ``plan.results()``
     (and so verify_attention, with numpy or device q) fills it and returns it as ``out``."""
     want = d2.verify_attention(**good, splits=4).out
-    for args in (good, _device(good)):
+    for args in (good, device_copies(good)):
         out = np.full(want.shape, 7, np.float16)
         plan = d2.plan_attention(**args, splits=4, out=out)
         plan.launch()
@@ -272,7 +267,7 @@ def test_numpy_out_is_filled_by_results_whatever_q_is(good):
 def test_check_inputs_rechecks_values_changed_in_place(good):
     """A plan reads its arrays' values at every launch; ``check_inputs`` runs the plan-time
     value checks again on what they hold now and names what no longer passes."""
-    dev = _device(good)
+    dev = device_copies(good)
     plan = d2.plan_attention(**dev, splits=4)
     plan.check_inputs()                                        # unchanged: passes
     W, page = good["block_table"].shape[1], good["k_cache"].shape[1]
@@ -301,7 +296,7 @@ def test_device_out_sharing_memory_with_an_input_or_the_records_is_refused(good)
     separate buffer are taken."""
     from dflash2_numba._compat import cuda
 
-    dev = _device(good)
+    dev = device_copies(good)
     ws = d2.AttentionWorkspace(batch=2, q_len=2, heads=2, head_dim=64, splits=4,
                                out_dtype="float32")
     ws.fill_sentinel()

@@ -25,6 +25,7 @@ from dflash2_numba import _devices
 from dflash2_numba._arrays import device_span
 from dflash2_numba._compat import SIMULATOR, cuda
 from dflash2_numba.contract import SENTINEL
+from tests.array_helpers import device_copies
 from tests.attention_helpers import tiny_case
 
 pytestmark = pytest.mark.skipif(not SIMULATOR, reason="the driver's answer is replaced here")
@@ -63,10 +64,6 @@ def fake(monkeypatch):
     monkeypatch.setattr(_devices, "current_device", lambda: 0)
     monkeypatch.setattr(_devices, "check_stream", lambda strm, dev: None)
     return f
-
-
-def _device_args(args):
-    return {k: cuda.to_device(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
 
 
 # --- call_device itself -----------------------------------------------------------------
@@ -113,7 +110,7 @@ def _untouched(ws):
 
 @pytest.mark.parametrize("moved", ["k_cache", "seq_lens", "out", "workspace"])
 def test_attention_arrays_on_two_devices_are_refused_naming_one(fake, moved):
-    args = _device_args(tiny_case())
+    args = device_copies(tiny_case())
     ws = _workspace()
     out = cuda.to_device(np.full((1, 2, 1, 64), 7, np.float16))
     fake.place({"out": out, "workspace": ws.partial}.get(moved, args.get(moved)), 1)
@@ -131,7 +128,7 @@ def test_attention_runs_on_the_arrays_device(fake):
     host = tiny_case()
     want = d2.verify_attention(**host, splits=4)
     fake.entered.clear()         # (numpy only: run on the current device)
-    args = _device_args(host)
+    args = device_copies(host)
     for v in args.values():
         if hasattr(v, "copy_to_host"):
             fake.place(v, 1)
@@ -161,7 +158,7 @@ def _gdn_case():
 
 @pytest.mark.parametrize("moved", ["beta", "state_cache", "state_indices", "out"])
 def test_gdn_arrays_on_two_devices_are_refused_naming_one(fake, moved):
-    args = _device_args(_gdn_case())
+    args = device_copies(_gdn_case())
     cache = cuda.to_device(np.full((2, 1, 32, 32), 3.0, np.float32))
     idx = cuda.to_device(np.array([1], np.int32))
     out = cuda.to_device(np.full((1, 3, 1, 32), 7, np.float32))
@@ -177,7 +174,7 @@ def test_gdn_runs_on_the_arrays_device(fake):
     host = _gdn_case()
     want_o, want_h = d2.gdn_prefill(**host)
     fake.entered.clear()         # (numpy only: run on the current device)
-    args = _device_args(host)
+    args = device_copies(host)
     for v in args.values():
         fake.place(v, 1)
     call = d2.plan_gdn(**args)

@@ -7,6 +7,7 @@ import oracle
 from dflash2_numba import _registry
 from dflash2_numba._compat import cuda
 from dflash2_numba.gdn import gdn_prefill, plan_gdn
+from tests.array_helpers import device_copies
 
 SENT = np.float32(-777.0)
 
@@ -240,7 +241,7 @@ def test_device_out_or_cache_sharing_memory_with_an_input_is_refused():
     from dflash2_numba._compat import cuda
 
     case = base_case(T=6, H=2, HV=2, dtype=np.float32)       # q, k, v and o all [1, 6, 2, 32]
-    dev = {k: cuda.to_device(v) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+    dev = device_copies(case)
     for name in ("q", "k", "v"):
         before = dev[name].copy_to_host()
         with pytest.raises(ValueError, match=rf"^out: overlaps {name} in device memory"):

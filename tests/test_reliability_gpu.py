@@ -8,6 +8,7 @@ import pytest
 import oracle
 from dflash2_numba.contract import active_splits
 from dflash2_numba.screen.cases import LENGTH_STATES, row_lengths_for_state
+from tests.array_helpers import device_copies
 
 pytestmark = pytest.mark.gpu
 
@@ -58,8 +59,7 @@ def test_two_streams_at_once_match_sequential_calls():
     streams = [cuda.stream(), cuda.stream()]
     wss = [d2.AttentionWorkspace(batch=1, q_len=8, heads=6, head_dim=256, splits=80).fill_sentinel()
            for _ in cases]
-    plans = [d2.plan_attention(**{k: (cuda.to_device(v) if isinstance(v, np.ndarray) else v)
-                                  for k, v in c.items()}, workspace=ws, stream=s)
+    plans = [d2.plan_attention(**device_copies(c), workspace=ws, stream=s)
              for c, ws, s in zip(cases, wss, streams)]
     for _ in range(3):
         for p in plans:
@@ -82,7 +82,7 @@ def test_graph_replays_through_length_states_match_fresh_calls():
     rng = np.random.default_rng(3)
     c = oracle.random_attention_case(rng, B=2, Q=8, Hq=6, Hkv=1, D=256, page_size=1648,
                                      seq_lens=[40000, 9000], strided=False)
-    dev = {k: (cuda.to_device(v) if isinstance(v, np.ndarray) else v) for k, v in c.items()}
+    dev = device_copies(c)
     rows = cuda.to_device(row_lengths_for_state(c["seq_lens"], 8, "live"))
     ws = d2.AttentionWorkspace(batch=2, q_len=8, heads=6, head_dim=256, splits=80).fill_sentinel()
     plan = d2.plan_attention(**dev, row_lengths=rows, workspace=ws)

@@ -80,9 +80,11 @@ class AttentionPlan:
     launch_cache: dict = field(default_factory=dict, repr=False)
     # the plan-time checks on values, bound to this plan's arrays (check_inputs runs it)
     value_check: Any = field(default=None, repr=False)
-    # the last stream a launch was given and found to be of the plan's device (kept alive
-    # here, so the same object is the same stream)
-    checked_stream: Any = field(default=None, repr=False)
+    # the streams launches run on (the plan's own, or one a launch names: checked once)
+    launch_streams: Any = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.launch_streams = _devices.LaunchStreams(self.stream, self.device)
 
     def launch_setup(self, key: str, build):
         """``build(self)`` the first time ``key`` is asked for, the same object after that:
@@ -98,14 +100,7 @@ class AttentionPlan:
         filled by :meth:`results`. They run on the plan's device (its context made current
         for them); a ``stream`` given here must be one of that device."""
         with _devices.on_device(self.device):
-            if stream is None:
-                strm = self.stream
-            else:
-                strm = A.resolve_stream(stream)
-                if strm is not self.checked_stream:   # (a replayed launch's stream: once)
-                    _devices.check_stream(strm, self.device)
-                    self.checked_stream = strm
-            self.variant.run(self, strm)
+            self.variant.run(self, self.launch_streams.resolve(stream))
 
     def results(self) -> AttentionResult:
         """``AttentionResult(out, partial, lse)`` of the last launch, in the kind of array

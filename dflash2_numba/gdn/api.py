@@ -154,7 +154,7 @@ class GdnCall:
                  out_arg=None, out_obj=None, device=None):
         self.plan, self.variant, self.stream, self.kind = plan, variant, stream, kind
         self.device = device        # the CUDA device of every buffer (None: the simulator)
-        self._checked_stream = None  # the last launch stream found to be of that device
+        self._launch_streams = _devices.LaunchStreams(stream, device)
         self._d_o, self._final, self._dcache = d_o, final, dcache
         self._sca, self._idx_host, self._state_cache = sca, idx_host, state_cache
         self._out, self._out_obj = out_arg, out_obj   # the caller's ``out``, if one was given
@@ -168,14 +168,7 @@ class GdnCall:
         device (its context made current for them); a ``stream`` given here must be one of
         that device."""
         with _devices.on_device(self.device):
-            if stream is None:
-                strm = self.stream
-            else:
-                strm = resolve_stream(stream)
-                if strm is not self._checked_stream:   # (a replayed launch's stream: once)
-                    _devices.check_stream(strm, self.device)
-                    self._checked_stream = strm
-            self.variant.run(self.plan, strm)
+            self.variant.run(self.plan, self._launch_streams.resolve(stream))
 
     def results(self):
         """``(o, final_state)`` of the last launch in the kind of array ``q`` came in: a
