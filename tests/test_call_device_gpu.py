@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import oracle
-from dflash2_numba.contract import SENTINEL
+from dflash2_numba.contract import SENTINEL, active_splits
 
 pytestmark = pytest.mark.gpu
 
@@ -115,9 +115,14 @@ def test_attention_on_the_second_gpu_matches_the_first(variant):
     on0 = d2.verify_attention(**_torch_on(c, 0), variant=variant)
     on1 = d2.verify_attention(**_torch_on(c, 1), variant=variant)
     assert torch.cuda.current_device() == 0
-    for got, want in zip((on1.out, on1.partial, on1.lse), (on0.out, on0.partial, on0.lse)):
+    for got in (on1.out, on1.partial, on1.lse):
         assert got.device == torch.device("cuda", 1)
-        assert got.cpu().numpy().tobytes() == want.cpu().numpy().tobytes()
+    assert on1.out.cpu().numpy().tobytes() == on0.out.cpu().numpy().tobytes()
+    # the split records of the active splits (the others are fresh memory, never written)
+    for b, T in enumerate(c["seq_lens"]):
+        A = active_splits(int(T), 80)
+        for got, want in ((on1.partial, on0.partial), (on1.lse, on0.lse)):
+            assert got[b, :A].cpu().numpy().tobytes() == want[b, :A].cpu().numpy().tobytes()
 
 
 @pytest.mark.parametrize("variant", ["chunked", "chunked_ahead"])
