@@ -175,12 +175,13 @@ class CallDevice:
 class LaunchStreams:
     """A plan's launch streams: its own (checked at plan time), or one a launch passes,
     resolved (:func:`._arrays.resolve_stream`) and checked to be of the plan's device
-    (:func:`check_stream`) once per stream object; the last one is kept, so a replayed
-    launch on the same object pays neither again."""
+    (:func:`check_stream`) once per stream object: the last one checked is kept (at first
+    the plan's own), so a replayed launch on the same object pays the resolve, not the
+    driver query."""
 
     def __init__(self, own, dev: Optional[int]):
         self.own, self.device = own, dev
-        self._checked = None
+        self._checked = own
 
     def resolve(self, stream):
         if stream is None:
