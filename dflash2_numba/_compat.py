@@ -298,7 +298,11 @@ def emulated_cc():
     real device's). The kernels still compile for the device in hand, so on an H200
     ``DFLASH2_EMULATE_CC=7.0`` runs the sm_70 forms' code (their bytes, their races, their
     memory accesses under the sanitizers) as sm_90 machine code: it checks their logic on a
-    GPU, not sm_70's machine code (the PTX report does that)."""
+    GPU, not sm_70's machine code (the PTX report does that).
+
+    Only capabilities whose shared-memory limits the package knows
+    (``_dynshared.SHARED_LIMITS``) can be emulated: any other is refused here, naming the
+    variable and the known ones, so that no plan answers for part of a device."""
     raw = os.environ.get(EMULATE_CC_ENV, "").strip()
     if not raw:
         return None
@@ -306,6 +310,12 @@ def emulated_cc():
         major, minor = (int(x) for x in raw.split("."))
     except ValueError:
         raise ValueError(f"{EMULATE_CC_ENV}={raw!r}: expected MAJOR.MINOR, e.g. 7.0") from None
+    from ._dynshared import SHARED_LIMITS
+
+    if (major, minor) not in SHARED_LIMITS:
+        known = ", ".join(f"{a}.{b}" for a, b in SHARED_LIMITS)
+        raise ValueError(f"{EMULATE_CC_ENV}={raw!r}: no shared-memory limits known for "
+                         f"compute capability {major}.{minor} (known: {known})")
     return (major, minor)
 
 

@@ -42,11 +42,16 @@ def test_a_malformed_value_is_refused_naming_the_variable(monkeypatch, raw):
         emulated_cc()
 
 
-def test_a_capability_without_known_limits_is_refused(monkeypatch):
-    monkeypatch.setenv(EMULATE_CC_ENV, "6.1")
-    assert device_cc_at_least((6, 0)) and not device_cc_at_least((7, 0))
-    with pytest.raises(ValueError, match=rf"{EMULATE_CC_ENV}=6.1: no shared-memory limits"):
-        max_dynamic_shared()
+@pytest.mark.parametrize("raw", ["6.1", "7.2", "10.0", "-7.0"])
+def test_a_capability_without_known_limits_is_refused(monkeypatch, raw):
+    """Refused when read, not at the first shared-memory check: before, ``6.1`` planned
+    ``chunked`` and failed ``tiled_compact`` at plan time, and the screen ran."""
+    monkeypatch.setenv(EMULATE_CC_ENV, raw)
+    pattern = rf"{EMULATE_CC_ENV}='{raw}': no shared-memory limits known .*known: 7.0, 7.5"
+    for ask in (emulated_cc, lambda: device_cc_at_least((7, 0)), max_dynamic_shared,
+                shared_per_sm):
+        with pytest.raises(ValueError, match=pattern):
+            ask()
 
 
 def test_gdn_fastest_variant_at_cc70_runs_the_sm70_output_kernel_with_chunkeds_bytes(monkeypatch):

@@ -426,11 +426,13 @@ def test_screen_output_link_into_a_missing_folder_is_a_usage_error(tmp_path, cap
     assert (tmp_path / "keep.json").read_text() == "old"
 
 
-def test_screen_malformed_emulated_capability_is_a_usage_error(monkeypatch, capsys):
-    monkeypatch.setenv("DFLASH2_EMULATE_CC", "banana")
+@pytest.mark.parametrize("raw", ["banana", "6.1"])
+def test_screen_malformed_emulated_capability_is_a_usage_error(monkeypatch, capsys, raw):
+    """A value that is no MAJOR.MINOR, or a capability with no known shared-memory limits."""
+    monkeypatch.setenv("DFLASH2_EMULATE_CC", raw)
     d2.route_counters(reset=True)
     assert screen_main(["gdn", "--contexts", "8"]) == 2
-    assert "DFLASH2_EMULATE_CC='banana'" in capsys.readouterr().err
+    assert f"DFLASH2_EMULATE_CC='{raw}'" in capsys.readouterr().err
     assert d2.route_counters() == {}
 
 
