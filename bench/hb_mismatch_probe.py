@@ -29,6 +29,7 @@ Modes (per-rank shape, B = 1, H = 4, HV = 12, K = V = 128, FP16; ``T`` tokens):
 """
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from pathlib import Path
@@ -42,6 +43,7 @@ import numpy as np  # noqa: E402
 import dflash2_numba as d2  # noqa: E402  (numpy shim before numba)
 from dflash2_numba._compat import jit_bounded  # noqa: E402
 from dflash2_numba._dynshared import DynShared  # noqa: E402
+from dflash2_numba._cli import compute_capability, output_folder, positive_int  # noqa: E402
 from dflash2_numba.gdn import _chunk_output_pipe as P  # noqa: E402
 from dflash2_numba.gdn import chunked_rec_pipe as RP  # noqa: E402
 from numba import cuda  # noqa: E402
@@ -181,18 +183,44 @@ def pattern(got, want) -> str:
             f"share > 1e-2: {(rel > 1e-2).mean():.3f}")
 
 
+def _form(text: str) -> str:
+    """argparse type: an ``hb`` spelling of ``FORMS`` or of :func:`bisect_forms`."""
+    if text in FORMS or text in bisect_forms():
+        return text
+    raise argparse.ArgumentTypeError(
+        f"unknown form {text!r}; one of {', '.join([*FORMS, *bisect_forms()])}")
+
+
+def _parse(argv):
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Modes:\n" + __doc__.split("Modes", 1)[1].split("\n", 1)[1])
+    modes = ap.add_subparsers(dest="mode", required=True)
+    for mode in ("check", "bisect", "fill"):
+        modes.add_parser(mode).add_argument("T", type=positive_int, help="tokens")
+    for mode in ("once", "pattern", "repeat"):
+        sub = modes.add_parser(mode)
+        sub.add_argument("T", type=positive_int, help="tokens")
+        sub.add_argument("FORM", type=_form, help="an hb spelling (FORMS or a bisect form)")
+    sub = modes.add_parser("cubin")
+    sub.add_argument("DIR", type=output_folder, help="output folder")
+    sub.add_argument("CC", nargs="?", default=(9, 0), type=compute_capability,
+                     help="compute capability MAJOR.MINOR (default 9.0)")
+    return ap.parse_args(argv)
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    mode = argv[0]
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    mode = args.mode
     if mode == "cubin":
-        cc = tuple(int(x) for x in (argv[2] if len(argv) > 2 else "9.0").split("."))
-        write_cubins(argv[1], cc)
+        write_cubins(args.DIR, args.CC)
         return 0
-    T = int(argv[1])
+    T = args.T
+    form_arg = getattr(args, "FORM", None)
     inputs = gdn_inputs(T)
     if mode == "once":
-        output_bits(planned_call(inputs, argv[2]))
-        print(f"one call with hb form {argv[2]}")
+        output_bits(planned_call(inputs, form_arg))
+        print(f"one call with hb form {form_arg}")
         return 0
     want = reference_bits(inputs)
     if mode == "check":
@@ -200,8 +228,8 @@ def main(argv=None) -> int:
             print(f"{form:11s} ({FORMS[form] or SHIPPED}): "
                   f"{describe(output_bits(planned_call(inputs, form)), want)}", flush=True)
     elif mode == "pattern":
-        got = output_bits(planned_call(inputs, argv[2]))
-        print(f"{argv[2]}: {describe(got, want)}")
+        got = output_bits(planned_call(inputs, form_arg))
+        print(f"{form_arg}: {describe(got, want)}")
         print(pattern(got, want))
     elif mode == "bisect":
         bad = output_bits(planned_call(inputs, "floordiv64"))
@@ -215,13 +243,11 @@ def main(argv=None) -> int:
                 got = output_bits(planned_call(inputs, form, word))
                 print(f"{form:11s} scratch {name:9s}: {describe(got, want)}", flush=True)
     elif mode == "repeat":
-        call = planned_call(inputs, argv[2])
+        call = planned_call(inputs, form_arg)
         outs = [output_bits(call) for _ in range(4)]
         for i, x in enumerate(outs):
             print(f"launch {i}: {describe(x, want)}; bytes equal to launch 0: "
                   f"{np.array_equal(x, outs[0])}", flush=True)
-    else:
-        raise SystemExit(f"unknown mode {mode}")
     return 0
 
 

@@ -549,7 +549,10 @@ def main(argv=None):
                          "passes timed with parts left out (default both, chunked_split,chunked_ws)")
     ap.add_argument("--clock-chunks", default="256:264",
                     help="phase-clock: the chunks LO:HI whose stamps are kept")
-    ap.add_argument("--gdn-variant", default="chunked_split", help="gdn-once: the variant")
+    ap.add_argument("--gdn-variant", default="chunked_split",
+                    help="gdn-once: the variant called; phase-clock: the state pass clocked "
+                         "(chunked_ws, chunked_wsr, chunked_wsr_two_loop, chunked_wsr:FORM, "
+                         "chunked_rec, chunked_rec_pipe, chunked_ahead)")
     ap.add_argument("--attn-variant", default="tiled")
     ap.add_argument("--attn-ctx", type=int, default=261888,
                     help="attn-ab, attn-combine: the context (tokens) of the production-shape plan")

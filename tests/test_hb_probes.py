@@ -73,3 +73,24 @@ def test_pattern_locates_wrong_values():
     assert "chunks: [0, 1]" in text
     assert HB.describe(got, want).startswith("1 wrong values")
     assert HB.describe(want, want) == "same bytes as chunked"
+
+
+def test_mismatch_probe_arguments_are_parsed_with_usage_errors(tmp_path, capsys):
+    """``--help`` lists the modes (it raised an IndexError before the probe had a parser); a
+    missing or non-positive token count, an unknown form or mode, and a malformed capability
+    are usage errors (exit 2) before any input is made."""
+    with pytest.raises(SystemExit) as exc:
+        HB.main(["--help"])
+    assert exc.value.code == 0
+    shown = capsys.readouterr().out
+    assert all(mode in shown for mode in ("check", "bisect", "fill", "once", "pattern",
+                                          "repeat", "cubin"))
+    for bad in (["once", "40"], ["check", "0"], ["once", "40", "nope"], ["sweep", "40"],
+                ["cubin", str(tmp_path / "c"), "nine"], []):
+        with pytest.raises(SystemExit) as exc:
+            HB.main(bad)
+        assert exc.value.code == 2, bad
+    args = HB._parse(["pattern", "64", "hb2@tail"])
+    assert (args.mode, args.T, args.FORM) == ("pattern", 64, "hb2@tail")
+    assert HB._parse(["cubin", str(tmp_path / "d")]).CC == (9, 0)
+    assert HB._parse(["cubin", str(tmp_path / "d"), "7.0"]).CC == (7, 0)
