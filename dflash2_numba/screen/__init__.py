@@ -11,9 +11,8 @@ a crash, a selected variant unsupported on every case: never checked); a variant
 unsupported on some cases is reported there and checked on the others. Exit status 2 for a
 usage error (malformed --contexts or one past 262144 tokens, a --variants name no screened
 family registers, a --json / --plot path that cannot be written, a --plot path without an
-image format, --json and --plot naming one file, a malformed DFLASH2_EMULATE_CC or one naming a
-capability with no known shared-memory limits), before any
-check runs.
+image format, --json and --plot naming one file, a malformed DFLASH2_EMULATE_CC or one
+naming a capability with no known shared-memory limits), before any check runs.
 """
 from __future__ import annotations
 
