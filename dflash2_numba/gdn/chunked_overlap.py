@@ -43,18 +43,21 @@ A call is about 4 S launches and event operations. Launched eagerly, their host 
 chunked_rec_pipe. Capture it in a CUDA graph: the measured gain (bench/RESULTS.md, GDN twelfth
 and thirteenth rounds) is under graph replay.
 
-Knobs (plan time): ``DFLASH2_GDN_SEGMENTS`` (segments, at most the number of slots; default
-:func:`segment_count`: up to 16, each segment's pre-pass at most one wave of CTAs),
-``DFLASH2_GDN_OVERLAP_PREP_THREADS`` (pre-pass threads a CTA, default 128),
-``DFLASH2_GDN_OVERLAP_PREP`` (which pre-pass kernel: :func:`prep_form`),
-``DFLASH2_GDN_OVERLAP_CARVEOUT`` (percent, default 80; ``none`` leaves the driver's
-choice), ``DFLASH2_GDN_OVERLAP_OUT`` (where the outputs run: :func:`out_schedule`),
-chunked_rec_pipe's ``DFLASH2_GDN_OUT_TILE`` (which output kernel, default the 8 x 8
-``gdn_chunk_out_wide``), and chunked_rec's.
+Knobs (read and checked at plan time, before anything is allocated, :mod:`._knobs`; a value
+not accepted is refused with a ``ValueError`` naming the variable before any launch):
+``DFLASH2_GDN_SEGMENTS`` (segments: an integer of at least 1; more than the chunk slots
+give one a slot; unset: :func:`segment_count`, up to 16, each segment's pre-pass at most
+one wave of CTAs), ``DFLASH2_GDN_OVERLAP_PREP_THREADS`` (pre-pass threads a CTA on a GPU:
+a multiple of 32 from 32 to 256; unset: 128; the simulator runs chunked_smprep's count),
+``DFLASH2_GDN_OVERLAP_PREP`` (which pre-pass kernel: :func:`prep_form`, ``smem`` or
+``split``), ``DFLASH2_GDN_OVERLAP_CARVEOUT`` (percent: an integer from 0 to 100, or ``none``,
+which leaves the driver's choice; unset: 80), ``DFLASH2_GDN_OVERLAP_OUT`` (where the
+outputs run: :func:`out_schedule`, ``end`` or ``segments``), chunked_rec_pipe's
+``DFLASH2_GDN_OUT_TILE`` (which output kernel, default the 8 x 8 ``gdn_chunk_out_wide``),
+and chunked_rec's (with chunked_smprep's and chunked_split's ``DFLASH2_GDN_SPLIT_COLS``).
 """
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -63,6 +66,7 @@ from .. import _registry
 from .._compat import SIMULATOR, cuda, device_zeros, jit_bounded
 from .._dynshared import DynShared, shared_per_sm
 from .._streams import order_event, priority_stream
+from . import _knobs as KN
 from . import chunked_rec as RC
 from . import chunked_rec_pipe as RP
 from . import chunked_smprep as SP
@@ -128,10 +132,7 @@ def prep_form() -> str:
     of up to 96 threads fit beside the recurrence where one of the other fits). Measured on
     the H200 at T = 65536 (CUDA graph, bench/RESULTS.md GDN thirteenth round): ``split``
     8.44-9.01 ms against ``smem``'s 6.82; kept as a measurement option."""
-    form = os.environ.get("DFLASH2_GDN_OVERLAP_PREP", "") or "smem"
-    if form not in ("smem", "split"):
-        raise ValueError(f"DFLASH2_GDN_OVERLAP_PREP: 'smem' or 'split', not {form!r}")
-    return form
+    return KN.choice(KN.OVERLAP_PREP, "smem", ("smem", "split"))
 
 
 def out_schedule() -> str:
@@ -142,26 +143,53 @@ def out_schedule() -> str:
     recurrence launches and hold up the next one. Measured on the H200 (CUDA graph,
     interleaved, bench/RESULTS.md GDN thirteenth round): T = 65536, 16 segments, 6.62 ms
     against 6.90; T = 32768, 8 segments, 3.41 against 3.53."""
-    form = os.environ.get("DFLASH2_GDN_OVERLAP_OUT", "") or "end"
-    if form not in ("segments", "end"):
-        raise ValueError(f"DFLASH2_GDN_OVERLAP_OUT: 'segments' or 'end', not {form!r}")
-    return form
+    return KN.choice(KN.OVERLAP_OUT, "end", ("segments", "end"))
 
 
-def knobs(nslots: int, H: int, K: int):
-    """``(segments, pre-pass threads, carveout percent or None)`` from the environment
-    (the shared-memory test of :func:`prep_fits_beside_rec` is the smem pre-pass's, which
-    needs more than the split one at every K)."""
-    nseg = int(os.environ.get("DFLASH2_GDN_SEGMENTS", "")
-               or segment_count(nslots, H, prep_fits_beside_rec(K, shared_per_sm())))
+def segments_knob() -> int:
+    """``DFLASH2_GDN_SEGMENTS``: the segment count, at least 1, or 0 when unset (then
+    :func:`segment_count`)."""
+    return KN.integer(KN.SEGMENTS, 0, "an integer of at least 1 (more than the chunk slots: "
+                      "one a slot; unset: automatic)", lambda n: n >= 1)
+
+
+def prep_threads_knob() -> int:
+    """``DFLASH2_GDN_OVERLAP_PREP_THREADS``: pre-pass threads a CTA on a GPU, whole warps
+    from 32 to 256 (unset: :data:`DEFAULT_PREP_THREADS`)."""
+    return KN.warps(KN.OVERLAP_PREP_THREADS, DEFAULT_PREP_THREADS, SP.MAX_PREP_THREADS,
+                    zero_is_default=False)
+
+
+def carveout_knob():
+    """``DFLASH2_GDN_OVERLAP_CARVEOUT``: the shared-memory carveout in percent, an integer
+    from 0 to 100, or None for ``none`` (any case: the driver's choice); unset:
+    :data:`DEFAULT_CARVEOUT`."""
+    raw = KN.raw(KN.OVERLAP_CARVEOUT)
+    if raw.strip().lower() == "none":
+        return None
+    return KN.integer(KN.OVERLAP_CARVEOUT, int(DEFAULT_CARVEOUT),
+                      f"an integer percent from 0 to 100, or 'none' (the driver's choice; "
+                      f"unset: {DEFAULT_CARVEOUT})", lambda n: 0 <= n <= 100)
+
+
+def read_knobs():
+    """``(segments or 0, pre-pass threads, carveout percent or None)`` as the environment
+    gives them, checked (``ValueError`` naming the variable): :func:`segments_knob`,
+    :func:`prep_threads_knob`, :func:`carveout_knob`."""
+    return segments_knob(), prep_threads_knob(), carveout_knob()
+
+
+def knobs(nslots: int, H: int, K: int, read=None):
+    """``(segments, pre-pass threads, carveout percent or None)`` for a plan of ``nslots``
+    chunk slots, from :func:`read_knobs` (or ``read``, its result). Unset, the segments are
+    :func:`segment_count`'s (whose shared-memory test, :func:`prep_fits_beside_rec`, is the
+    smem pre-pass's, which needs more than the split one at every K); the simulator runs
+    chunked_smprep's pre-pass thread count."""
+    nseg, threads, carve = read_knobs() if read is None else read
+    if not nseg:
+        nseg = segment_count(nslots, H, prep_fits_beside_rec(K, shared_per_sm()))
     if SIMULATOR:
         threads = SP.prep_threads()
-    else:
-        threads = int(os.environ.get("DFLASH2_GDN_OVERLAP_PREP_THREADS", "")
-                      or DEFAULT_PREP_THREADS)
-        threads = max(32, min(SP.MAX_PREP_THREADS, (threads // 32) * 32))
-    raw = os.environ.get("DFLASH2_GDN_OVERLAP_CARVEOUT", "") or DEFAULT_CARVEOUT
-    carve = None if raw.lower() == "none" else max(0, min(100, int(raw)))
     return max(1, nseg), threads, carve
 
 
@@ -222,18 +250,20 @@ def prepare(plan: GdnPlan, stream, state=None, state_name: str = RC.STATE_NAME) 
     streams and events (launches allocate nothing: CUDA-graph capturable). ``state`` /
     ``state_name``: another compiled recurrence kernel with ``gdn_rec_state``'s arguments,
     shared memory and launch bounds, and its name (a variant built on this schedule:
-    :mod:`.chunked_ahead`)."""
+    :mod:`.chunked_ahead`). This variant's knobs are read first, then chunked_rec_pipe's
+    (its prepare): a value they do not accept is refused before anything is allocated."""
+    read, form, schedule = read_knobs(), prep_form(), out_schedule()
     RP.prepare(plan, stream)
     s = plan.scratch
-    nseg, pthreads, carve = knobs(s.nslots, plan.H, plan.K)
+    nseg, pthreads, carve = knobs(s.nslots, plan.H, plan.K, read)
     K, V, HV = plan.K, plan.V, plan.HV
-    if prep_form() == "split":
+    if form == "split":
         s.prep_name = S.PREP_NAME
         s.prep_kernel = DynShared(_prep_split, 0, carve)
     else:
         s.prep_kernel = DynShared(_prep, 4 * smem_floats(K), carve)
     s.prep_threads = pthreads
-    s.out_at_end = out_schedule() == "end"
+    s.out_at_end = schedule == "end"
     s.rec.state = DynShared(_state if state is None else state, 4 * rec_floats(K), carve)
     s.rec.state_name = state_name
     out_shared = RP.OUT_FORMS[s.rec.out_name][2]          # (chunked_rec_pipe's choice)

@@ -23,12 +23,14 @@ What it keeps: every rounding of chunked (the same device functions as chunked_s
 keeps chunked's order; the order inside a chunk does not depend on the grouping, and the
 state between groups is the same FP32 values, copied).
 
-Knob (plan time): ``DFLASH2_GDN_PIPE_STAGES`` = S (default 8; the simulator uses one chunk
-per group so that every hand-over is exercised).
+Knob (read and checked at plan time, :mod:`._knobs`; a value not accepted is refused with a
+``ValueError`` naming the variable before any launch): ``DFLASH2_GDN_PIPE_STAGES`` = S, an
+integer of at least 1 (unset: 8; more stages than the longest sequence's chunks give one
+chunk a group; the simulator uses one chunk per group whatever S is, so that every
+hand-over is exercised), and chunked_split's ``DFLASH2_GDN_SPLIT_COLS``.
 """
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -37,6 +39,7 @@ from numba import types
 
 from .. import _registry
 from .._compat import SIMULATOR, cuda, device_zeros
+from . import _knobs as KN
 from . import chunked_split as S
 from ._common import C, MAXD, GdnPlan
 from ._split_ops import N_MS, N_TS, N_XS, SHARED_ALIGN, VS
@@ -52,7 +55,13 @@ if SIMULATOR:
 
 PIPE_NAME = "gdn_split_pipe"
 THREADS = 32 if SIMULATOR else 128
-STAGES = int(os.environ.get("DFLASH2_GDN_PIPE_STAGES", "8") or 8)
+DEFAULT_STAGES = 8
+
+
+def pipe_stages() -> int:
+    """``DFLASH2_GDN_PIPE_STAGES``: the number of chunk groups S, at least 1 (unset: 8)."""
+    return KN.integer(KN.PIPE_STAGES, DEFAULT_STAGES,
+                      f"an integer of at least 1 (unset: {DEFAULT_STAGES})", lambda n: n >= 1)
 
 
 def gdn_split_pipe_kernel(q, k, v, g, beta, o, h0, h0_idx, hT, hT_idx, seqs, items, chunks,
@@ -124,12 +133,15 @@ def _schedule(nslots: int, seqs: np.ndarray, H: int, stages: int):
 
 def prepare(plan: GdnPlan, stream) -> None:
     """Plan time: chunked_split's tables and scratch, the pre-pass items by group and the
-    state hand-over buffer (launches allocate nothing; they can be graph-captured)."""
+    state hand-over buffer (launches allocate nothing; they can be graph-captured). The
+    knobs are read first: a value they do not accept is refused before anything is
+    allocated."""
+    stages = pipe_stages()
     chunks, nslots, items, w = S._tables(plan, stream)
     seqs = np.asarray(plan.seqs.copy_to_host(stream=stream)).reshape(-1, 3).astype(np.int64)
     if stream != 0:
         stream.synchronize()
-    P, ngroups, pitems, poff = _schedule(nslots, seqs, plan.H, STAGES)
+    P, ngroups, pitems, poff = _schedule(nslots, seqs, plan.H, stages)
     F = S.slot_floats(plan.H, plan.HV, plan.K, plan.V)
     scr = device_zeros(max(nslots, 1) * F, np.float32, stream)
     threads = plan.threads or THREADS

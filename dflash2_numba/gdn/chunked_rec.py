@@ -20,19 +20,21 @@ Scratch: :mod:`.chunked_split`'s slots (vn is written over each slot's U, which 
 recurrence has read by then), then the chunk-start states, ``[slot][HV][K][V]`` FP32
 (0.81 GB at the production shape, T = 65536).
 
-Knobs (plan time): ``DFLASH2_GDN_REC_THREADS`` = ``compute,copy`` threads of the
-recurrence CTA (default 128,128, at most 256 in all; whole warps of copy threads),
+Knobs (read and checked at plan time, :mod:`._knobs`; a value not accepted is refused with a
+``ValueError`` naming the variable before any launch): ``DFLASH2_GDN_REC_THREADS`` =
+``compute,copy`` threads of the recurrence CTA on a GPU (default 128,128; copy a multiple of
+32, at least 32; compute at least 1; at most 256 in all; the simulator runs 32,32),
 ``DFLASH2_GDN_REC_ROWS`` = ``r1,r2``, rows of a phase-1 unit (1 or 2) and of a phase-2
 state unit (2 or 4), or 0 for a phase's half-row units (six of a twelve-column item's
 columns a thread) (default 2,0: 96 phase-1 units of two rows x four columns, 128
 phase-2 units of two rows x six columns at twelve columns); ``r1`` = ``2p`` or ``2s``
 places a twelve-column item's two-row phase-1 units two column groups a warp or over four
-warps of 24 lanes (``_split_state_rec.place_unit``), and
-chunked_split's ``DFLASH2_GDN_SPLIT_COLS`` (state columns per CTA).
+warps of 24 lanes (``_split_state_rec.place_unit``), chunked_smprep's
+``DFLASH2_GDN_SMPREP_THREADS`` (pre-pass threads) and chunked_split's
+``DFLASH2_GDN_SPLIT_COLS`` (state columns per CTA).
 """
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -41,6 +43,7 @@ from numba import types
 from .. import _registry
 from .._compat import SIMULATOR, jit_bounded
 from .._dynshared import DynShared, require_shared
+from . import _knobs as KN
 from . import chunked_split as S
 from . import chunked_ws as W
 from ._chunk_output import gdn_chunk_out_kernel, out_floats, out_threads
@@ -78,13 +81,35 @@ def _out_signatures():
                  for dout in (types.float16, types.float32))
 
 
+REC_THREADS_ACCEPTED = (f"'compute,copy': copy a multiple of 32, at least 32; compute at "
+                        f"least 1; at most {MAX_THREADS} in all (unset: "
+                        f"{DEFAULT_THREADS[0]},{DEFAULT_THREADS[1]})")
+
+
+def rec_threads_knob():
+    """``DFLASH2_GDN_REC_THREADS`` = ``compute,copy``: ``(compute, copy)`` as given, or None
+    when unset; refused (``ValueError`` naming the variable) unless copy is whole warps
+    (at least one), compute at least 1 and both together at most :data:`MAX_THREADS`."""
+    raw = KN.raw(KN.REC_THREADS)
+    if not raw.strip():
+        return None
+    fields = [KN.parse_int(x) for x in raw.split(",")]
+    if len(fields) != 2 or None in fields:
+        KN.refuse(KN.REC_THREADS, raw, REC_THREADS_ACCEPTED)
+    ncomp, ncopy = fields
+    if ncopy < 32 or ncopy % 32 or ncomp < 1 or ncomp + ncopy > MAX_THREADS:
+        KN.refuse(KN.REC_THREADS, raw, REC_THREADS_ACCEPTED)
+    return ncomp, ncopy
+
+
 def knob_threads(plan: GdnPlan):
-    """(compute, copy) threads of the recurrence CTA: ``DFLASH2_GDN_REC_THREADS`` or the
-    default; ``plan.threads`` (the API's ``_threads``) overrides the compute threads."""
+    """(compute, copy) threads of the recurrence CTA: ``DFLASH2_GDN_REC_THREADS`` (checked
+    everywhere, used on a GPU: :func:`rec_threads_knob`) or the default; ``plan.threads``
+    (the API's ``_threads``) overrides the compute threads."""
     ncomp, ncopy = SIM_THREADS if SIMULATOR else DEFAULT_THREADS
-    raw = os.environ.get("DFLASH2_GDN_REC_THREADS", "")
-    if raw and not SIMULATOR:
-        ncomp, ncopy = (int(x) for x in raw.split(","))
+    knob = rec_threads_knob()
+    if knob is not None and not SIMULATOR:
+        ncomp, ncopy = knob
     if plan.threads:
         ncomp = plan.threads
     ncopy = max(32, (ncopy // 32) * 32)
@@ -97,11 +122,11 @@ def knob_units(K: int):
     ``r1,r2``, the rows of a phase-1 unit (1 or 2) and of a phase-2 unit (2 or 4):
     ``(C / r1, K / r2)``; 0 for a phase's half-row units (six of a twelve-column item's
     columns a thread; items of other widths then take two- / four-row units)."""
-    raw = os.environ.get("DFLASH2_GDN_REC_ROWS", "") or DEFAULT_ROWS
-    f1, _, f2 = raw.partition(",")
+    raw = KN.raw(KN.REC_ROWS)
+    f1, _, f2 = (raw.strip() or DEFAULT_ROWS).partition(",")
     if f1 not in ("0", "1", "2", *PLACEMENTS) or f2 not in ("0", "2", "4"):
-        raise ValueError(f"DFLASH2_GDN_REC_ROWS: 'r1,r2' (r1 0, 1, 2, 2p or 2s; r2 0, 2 "
-                         f"or 4), not {raw!r}")
+        KN.refuse(KN.REC_ROWS, raw, f"'r1,r2' (r1 0, 1, 2, 2p or 2s; r2 0, 2 or 4; unset: "
+                                    f"{DEFAULT_ROWS})")
     if f1 in PLACEMENTS:                 # (two-row units, placed)
         n1 = -PLACEMENTS[f1]
     else:
@@ -122,11 +147,13 @@ def prepare(plan: GdnPlan, stream, out=None) -> None:
     (``gdn_smem_prep``), and the two other kernels' configurations (launches allocate
     nothing: CUDA-graph capturable). ``out`` = ``(name, kernel, dynamic shared bytes,
     threads)`` of another output kernel with ``gdn_chunk_out``'s arguments and grid
-    (``chunked_rec_pipe``)."""
-    s = S.prepare_scratch(plan, stream, extra_per_slot=plan.HV * plan.K * plan.V)
-    W.plan_prep(s, PREP, plan.K)
+    (``chunked_rec_pipe``). The knobs are read first: a value they do not accept is refused
+    before the scratch is allocated."""
     ncomp, ncopy = knob_threads(plan)
     n1, nq = knob_units(plan.K)
+    pthreads = PREP.threads()
+    s = S.prepare_scratch(plan, stream, extra_per_slot=plan.HV * plan.K * plan.V)
+    W.plan_prep(s, PREP, plan.K, pthreads)
     snap0 = s.extra0                     # (the chunk-start states follow the slots)
     args = (plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items, s.scr,
             s.F, np.int32(plan.H), np.int32(plan.K), snap0, np.int32(ncomp), np.int32(n1),

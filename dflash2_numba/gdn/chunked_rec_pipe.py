@@ -17,20 +17,21 @@ chunked_rec): ptxas 12.9 gives ``gdn_chunk_out_pipe`` 4 B of spill stores at sm_
 its (256, 2) launch bounds, and the spill-free form tried (slab addresses advanced by adds,
 ``b3353fe``) was not bit-identical on the H200 (``bench/RESULTS.md``, GDN eighth round).
 
-Knob (plan time): ``DFLASH2_GDN_OUT_TILE`` = ``8x8`` (``gdn_chunk_out_wide``, the default:
-an 8 x 8 register tile and ``V`` threads a CTA) or ``4x8`` (``gdn_chunk_out_pipe``: a 4 x 8
-tile and ``2 V`` threads, the default until the fifteenth round, kept as the measured
-alternative). Both run the same chains; the 8 x 8 tile took the output kernel from 1.37 to
-1.22 ms at T = 65536 on the H200 (``bench/RESULTS.md``, GDN fifteenth round). Both are
-compute capability 8.0 on; below it the knob is ignored.
+Knob (read and checked at plan time, :mod:`._knobs`; a value not accepted is refused with a
+``ValueError`` naming the variable before any launch): ``DFLASH2_GDN_OUT_TILE`` = ``8x8``
+(``gdn_chunk_out_wide``, the default, also when unset: an 8 x 8 register tile and ``V``
+threads a CTA) or ``4x8`` (``gdn_chunk_out_pipe``: a 4 x 8 tile and ``2 V`` threads, the
+default until the fifteenth round, kept as the measured alternative). Both run the same
+chains; the 8 x 8 tile took the output kernel from 1.37 to 1.22 ms at T = 65536 on the
+H200 (``bench/RESULTS.md``, GDN fifteenth round). Both are compute capability 8.0 on;
+below it the knob is checked but not used.
 """
 from __future__ import annotations
-
-import os
 
 from .. import _registry
 from .._compat import device_cc_at_least, jit_bounded
 from .._dynshared import require_shared
+from . import _knobs as KN
 from . import chunked_rec as RC
 from ._chunk_output import out_floats, out_threads
 from ._chunk_output_pipe import gdn_chunk_out_pipe_kernel, pipe_fits, pipe_floats
@@ -64,10 +65,7 @@ _STREAMED = {OUT_NAME: _out, WIDE_NAME: _wide}
 def out_tile() -> str:
     """``DFLASH2_GDN_OUT_TILE``: the output kernel's register tile, ``8x8``
     (``gdn_chunk_out_wide``, :data:`DEFAULT_OUT_TILE`) or ``4x8`` (``gdn_chunk_out_pipe``)."""
-    raw = os.environ.get("DFLASH2_GDN_OUT_TILE", "") or DEFAULT_OUT_TILE
-    if raw not in OUT_TILES:
-        raise ValueError(f"DFLASH2_GDN_OUT_TILE: one of {OUT_TILES}, not {raw!r}")
-    return raw
+    return KN.choice(KN.OUT_TILE, DEFAULT_OUT_TILE, OUT_TILES)
 
 
 def supports(plan: GdnPlan) -> None:
@@ -89,8 +87,10 @@ def pipe_here() -> bool:
 
 def out_kernel_name() -> str:
     """The output kernel a plan launches here: ``gdn_chunk_out`` below :data:`PIPE_MIN_CC`
-    (the knob is not read), else the kernel of :func:`out_tile` (:data:`TILE_KERNELS`)."""
-    return TILE_KERNELS[out_tile()] if pipe_here() else RC.OUT_NAME
+    (the knob is checked but not used), else the kernel of :func:`out_tile`
+    (:data:`TILE_KERNELS`)."""
+    tile = out_tile()
+    return TILE_KERNELS[tile] if pipe_here() else RC.OUT_NAME
 
 
 def prepare(plan: GdnPlan, stream) -> None:

@@ -9,17 +9,18 @@ three more times and kn^T / qs^T from the global scratch. Only where values live
 thread computes them change (see :mod:`._prep_smem`); every value keeps its rounding, so
 the scratch the state pass reads holds chunked_split's bits and the output is chunked's.
 
-Knobs (plan time): those of :mod:`.chunked_wsr`, and ``DFLASH2_GDN_SMPREP_THREADS``
-(pre-pass threads a CTA, a multiple of 32 up to 256; default 256: two CTAs of 87.8 KB of
-shared memory share an H200 SM, sixteen warps).
+Knobs (read and checked at plan time, :mod:`._knobs`; a value not accepted is refused with a
+``ValueError`` naming the variable before any launch): those of :mod:`.chunked_wsr`, and
+``DFLASH2_GDN_SMPREP_THREADS`` (pre-pass threads a CTA: a multiple of 32 from 32 to 256;
+0 or unset: 256, two CTAs of 87.8 KB of shared memory sharing an H200 SM, sixteen warps;
+the simulator's default is 64). The same pre-pass, with this knob, is chunked_rec's and
+chunked_rec_pipe's (and on the simulator chunked_overlap's and chunked_ahead's).
 """
 from __future__ import annotations
 
-import os
-
-from .. import _registry
 from .._compat import SIMULATOR, jit_bounded
 from .._dynshared import require_shared
+from . import _knobs as KN
 from . import chunked_split as S
 from . import chunked_ws as W
 from . import chunked_wsr as R
@@ -32,16 +33,15 @@ STATE_NAME = "gdn_wsr_two_loop_state"     # chunked_wsr_two_loop's kernel
 MAX_PREP_THREADS = 256
 PREP_LAUNCH_BOUNDS = (MAX_PREP_THREADS, 2)     # two CTAs an SM: at most 128 registers
 SIM_PREP_THREADS = 64
-PREP_THREADS = int(os.environ.get("DFLASH2_GDN_SMPREP_THREADS", "0") or 0)
+PREP_THREADS = None    # overrides DFLASH2_GDN_SMPREP_THREADS when set (tests, bench); None: the env
 
 
 def prep_threads() -> int:
-    """Pre-pass threads a CTA: the knob (whole warps, at most 256), else 256 (64 on the
-    simulator)."""
-    if SIMULATOR:
-        return PREP_THREADS or SIM_PREP_THREADS
-    n = PREP_THREADS or MAX_PREP_THREADS
-    return max(32, min(MAX_PREP_THREADS, (n // 32) * 32))
+    """Pre-pass threads a CTA: ``DFLASH2_GDN_SMPREP_THREADS`` (or :data:`PREP_THREADS`),
+    whole warps from 32 to 256, checked (``ValueError`` naming the variable), else 256 (64
+    on the simulator)."""
+    n = KN.warps(KN.SMPREP_THREADS, 0, MAX_PREP_THREADS, override=PREP_THREADS)
+    return n or (SIM_PREP_THREADS if SIMULATOR else MAX_PREP_THREADS)
 
 
 def supports(plan: GdnPlan) -> None:

@@ -61,21 +61,25 @@ production shape (T = 65536, H = 4, HV = 12, K = V = 128) this is 1024 x 1.64 MB
 1.68 GB. Tables: ``chunks [slots, 3]`` (batch row, first token, length) and
 ``items [n, 5]`` (sequence, value head, first column, width, first slot).
 
-Knobs (plan time): ``DFLASH2_GDN_SPLIT_COLS`` (state columns per CTA: 4, 8 or 12; default
-automatic), ``DFLASH2_GDN_SPLIT_THREADS`` (state CTA threads, at most 320; default one per
-phase-2 unit, 288 at K = 128, w = 12) and ``DFLASH2_GDN_STAGE_KP`` (``auto``, ``1``, ``0``:
-stage Kd / P^T in shared memory too).
+Knobs (read and checked at plan time, :mod:`._knobs`; a value not listed here is refused
+with a ``ValueError`` naming the variable before any launch): ``DFLASH2_GDN_SPLIT_COLS``
+(state columns per CTA: 4, 8 or 12; 0 or unset: automatic), ``DFLASH2_GDN_SPLIT_THREADS``
+(state CTA threads on a GPU: a multiple of 32 from 32 to 320; 0 or unset: one per phase-2
+unit, 288 at K = 128, w = 12; the simulator runs 32) and ``DFLASH2_GDN_STAGE_KP``
+(``auto``, the default, ``1`` or ``0``, also ``true`` / ``false``: stage Kd / P^T in shared
+memory too).
 """
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
+from typing import Optional
 
 import numpy as np
 from numba import types
 
 from .. import _registry
 from .._compat import SIMULATOR, cuda, device_zeros, exact_fp32, jit_bounded
+from . import _knobs as KN
 from ._common import C, MAXD, GdnPlan, default_max_ctas
 from ._split_ops import SW, VS
 from ._split_prep import gdn_split_prep_kernel
@@ -89,12 +93,35 @@ PREP_THREADS = 32 if SIMULATOR else 128
 MAX_STATE_THREADS = 320          # 288 used at K = 128, w = 12 (204 registers allowed)
 SIM_STATE_THREADS = 32
 
-# Tuning knobs (read at plan time): state columns per CTA (0 = automatic), threads per
-# state CTA (0 = one per phase-2 unit, see staged_threads), and whether the state
-# CTA also stages Kd / P^T in shared memory ("auto": when the device allows the bytes).
-COLS = int(os.environ.get("DFLASH2_GDN_SPLIT_COLS", "0") or 0)
-STATE_THREADS = int(os.environ.get("DFLASH2_GDN_SPLIT_THREADS", "0") or 0)
-STAGE_KP = os.environ.get("DFLASH2_GDN_STAGE_KP", "auto")
+# Tuning knobs, read and checked at plan time (:func:`split_cols`, :func:`state_threads`,
+# :func:`stage_kp_knob`): state columns per CTA (0 = automatic), threads per state CTA
+# (0 = one per phase-2 unit, see staged_threads), and whether the state CTA also stages
+# Kd / P^T in shared memory ("auto": when the device allows the bytes). These attributes
+# override the environment when set (tests, bench/profile_kernels.py); None: the environment.
+COLS = None
+STATE_THREADS = None
+STAGE_KP = None
+STAGE_KP_FORMS = ("auto", "1", "0", "true", "false", "True", "False")
+
+
+def split_cols() -> int:
+    """``DFLASH2_GDN_SPLIT_COLS`` (or :data:`COLS`): 4, 8 or 12 state columns per CTA, or
+    0 (also unset) for :func:`choose_cols`' automatic width."""
+    return KN.integer(KN.SPLIT_COLS, 0, "4, 8 or 12 (0 or unset: automatic)",
+                      lambda n: n in (0, 4, 8, 12), COLS)
+
+
+def state_threads() -> int:
+    """``DFLASH2_GDN_SPLIT_THREADS`` (or :data:`STATE_THREADS`): threads of the state CTA
+    (chunked_ws: its compute threads), whole warps up to :data:`MAX_STATE_THREADS`; 0
+    (also unset) for the default."""
+    return KN.warps(KN.SPLIT_THREADS, 0, MAX_STATE_THREADS, override=STATE_THREADS)
+
+
+def stage_kp_knob() -> str:
+    """``DFLASH2_GDN_STAGE_KP`` (or :data:`STAGE_KP`): ``auto`` (also unset), ``1`` or
+    ``0`` (``true`` / ``false`` too)."""
+    return KN.choice(KN.STAGE_KP, "auto", STAGE_KP_FORMS, STAGE_KP)
 
 
 def slot_floats(H: int, HV: int, K: int, V: int) -> int:
@@ -130,11 +157,15 @@ def _state_signatures():
                  for dout in (types.float16, types.float32))
 
 
-def choose_cols(n_active: int, HV: int, V: int, sms: int) -> int:
-    """State columns per CTA: the width (multiple of 4, at most 12) that minimises the
-    per-SM column load ``ceil(ctas / sms) * w`` with one CTA per SM (ties: the wider)."""
-    if COLS:
-        return max(4, min(VS, V, (COLS // 4) * 4))
+def choose_cols(n_active: int, HV: int, V: int, sms: int,
+                cols: Optional[int] = None) -> int:
+    """State columns per CTA: ``cols`` (by default :func:`split_cols`) when not 0, else the
+    width (multiple of 4, at most 12) that minimises the per-SM column load
+    ``ceil(ctas / sms) * w`` with one CTA per SM (ties: the wider)."""
+    if cols is None:
+        cols = split_cols()
+    if cols:
+        return max(4, min(VS, V, (cols // 4) * 4))
     best, best_cost = VS, None
     for w in (12, 8, 4):
         ctas = n_active * HV * (-(-V // w))
@@ -145,6 +176,7 @@ def choose_cols(n_active: int, HV: int, V: int, sms: int) -> int:
 
 
 def _tables(plan: GdnPlan, stream):
+    cols = split_cols()              # (checked before anything is copied or allocated)
     seqs = plan.seqs.copy_to_host(stream=stream)
     if stream != 0:
         stream.synchronize()
@@ -163,7 +195,7 @@ def _tables(plan: GdnPlan, stream):
         chunks[s, 1] = seqs[n, 1] + ci * C
         chunks[s, 2] = np.minimum(C, seqs[n, 2] - ci * C)
     w = choose_cols(int(np.count_nonzero(seqs[:, 2] > 0)) or N, plan.HV, plan.V,
-                    default_max_ctas())
+                    default_max_ctas(), cols)
     order = np.argsort(-seqs[:, 2], kind="stable")
     rows = [(n, hv, c0, min(w, plan.V - c0), slot0[n])
             for n in order for hv in range(plan.HV) for c0 in range(0, plan.V, w)]
@@ -217,26 +249,31 @@ def launch_prep(plan: GdnPlan, stream) -> None:
                          plan.scale, plan.use_l2)
 
 
-def stage_kp_choice(floats_with_kp: int) -> bool:
-    """Whether the state pass also stages Kd / P^T (``DFLASH2_GDN_STAGE_KP``; ``auto``:
-    when ``floats_with_kp`` floats of dynamic shared memory fit the device)."""
-    if str(STAGE_KP) == "auto":
+def stage_kp_choice(floats_with_kp: int, knob: Optional[str] = None) -> bool:
+    """Whether the state pass also stages Kd / P^T (``knob``, by default
+    :func:`stage_kp_knob`; ``auto``: when ``floats_with_kp`` floats of dynamic shared
+    memory fit the device)."""
+    if knob is None:
+        knob = stage_kp_knob()
+    if knob == "auto":
         return 4 * floats_with_kp <= max_dynamic_shared()
-    return str(STAGE_KP) not in ("0", "False", "false", "")
+    return knob in ("1", "true", "True")
 
 
 def prepare(plan: GdnPlan, stream) -> None:
     """Plan time: the chunk and item tables and the global scratch (every launch after
-    this allocates nothing, so it can be captured in a CUDA graph)."""
+    this allocates nothing, so it can be captured in a CUDA graph). The knobs are read
+    first: a value they do not accept is refused before anything is allocated."""
+    knob_threads, knob_kp = state_threads(), stage_kp_knob()
     s = prepare_scratch(plan, stream)
     if SIMULATOR:
         sthreads = SIM_STATE_THREADS
     else:
-        sthreads = STATE_THREADS or staged_threads(plan.K, s.cols)
+        sthreads = knob_threads or staged_threads(plan.K, s.cols)
     if plan.threads:
         sthreads = plan.threads
     sthreads = max(1, min(MAX_STATE_THREADS, sthreads))
-    stage_kp = stage_kp_choice(staged_floats(plan.K, True))
+    stage_kp = stage_kp_choice(staged_floats(plan.K, True), knob_kp)
     smem = 4 * staged_floats(plan.K, stage_kp)
     sthreads = fit_threads(_state, (plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx,
                                     plan.seqs, s.items, s.scr, s.F, np.int32(plan.H),

@@ -14,18 +14,22 @@ are read from shared memory instead of global memory. The compute threads run
 ``chunked_split``'s state tiles unchanged, so every fma chain is chunked's (see
 :mod:`.chunked_split` for the argument, step by step).
 
-Knobs (plan time): those of :mod:`.chunked_split` (``DFLASH2_GDN_SPLIT_COLS``,
-``DFLASH2_GDN_SPLIT_THREADS`` for the compute threads and ``DFLASH2_GDN_STAGE_KP``) and
-``DFLASH2_GDN_WS_COPY_THREADS`` (copy threads); 384 threads in all is the launch bound.
-Defaults: 256 compute + 128 copy threads when Kd / P^T are staged (the H200), 288 + 96
-when they are not (sm_70's 96 KB). On the H200 at T = 65536 (state pass alone, ``bench/
-RESULTS.md``), first form: 288 + 96 8.55 ms, 288 + 64 9.32, 224 + 160 8.02, 256 + 128
-7.84: the copies are bound by the bytes the copy threads keep in flight, so copy threads
-are worth more than the last 32 compute threads (which then take a second phase-2 unit).
+Knobs (read and checked at plan time, :mod:`._knobs`; a value not accepted is refused with a
+``ValueError`` naming the variable before any launch): those of :mod:`.chunked_split`
+(``DFLASH2_GDN_SPLIT_COLS``, ``DFLASH2_GDN_SPLIT_THREADS`` for the compute threads, a
+multiple of 32 up to 320, and ``DFLASH2_GDN_STAGE_KP``) and ``DFLASH2_GDN_WS_COPY_THREADS``
+(copy threads: a multiple of 32 from 32 to 352; 0 or unset: the default); 384 threads in all
+is the launch bound, so a copy count set with the compute threads past 384 is refused (the
+default copy count shrinks to fit). Defaults: 256 compute + 128 copy threads when Kd / P^T
+are staged (the H200), 288 + 96 when they are not (sm_70's 96 KB); the simulator runs
+32 + 32 whatever the thread knobs say (they are checked all the same). On the H200 at
+T = 65536 (state pass alone, ``bench/RESULTS.md``), first form: 288 + 96 8.55 ms, 288 + 64
+9.32, 224 + 160 8.02, 256 + 128 7.84: the copies are bound by the bytes the copy threads
+keep in flight, so copy threads are worth more than the last 32 compute threads (which
+then take a second phase-2 unit).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, Optional, Tuple
@@ -37,6 +41,7 @@ from numba import types
 from .. import _registry
 from .._compat import SIMULATOR, jit_bounded
 from .._dynshared import DynShared
+from . import _knobs as KN
 from . import chunked_split as S
 from ._common import GdnPlan
 from ._split_prep import gdn_split_prep_kernel
@@ -47,10 +52,16 @@ STATE_NAME = "gdn_ws_state"
 MAX_THREADS = 384                    # 256 compute + 128 copy threads at K = 128, w = 12
 WS_LAUNCH_BOUNDS = (MAX_THREADS, 1)  # (170 registers a thread)
 SIM_COMPUTE, SIM_COPY = 32, 32
-COPY_THREADS = int(os.environ.get("DFLASH2_GDN_WS_COPY_THREADS", "0") or 0)   # 0: default
+COPY_THREADS = None     # overrides DFLASH2_GDN_WS_COPY_THREADS when set (bench); None: the env
 # (compute, copy) threads by default, with Kd / P^T staged and without (measured, see
 # the module docstring); DFLASH2_GDN_SPLIT_THREADS / _WS_COPY_THREADS override them
 DEFAULT_THREADS = {True: (256, 128), False: (288, 96)}
+
+
+def copy_threads() -> int:
+    """``DFLASH2_GDN_WS_COPY_THREADS`` (or :data:`COPY_THREADS`): copy threads of the state
+    CTA, whole warps from 32 to ``MAX_THREADS - 32``; 0 (also unset) for the default."""
+    return KN.warps(KN.WS_COPY_THREADS, 0, MAX_THREADS - 32, override=COPY_THREADS)
 
 
 
@@ -58,18 +69,26 @@ def _state_signatures():
     return tuple(sig + (types.int32,) for sig in S._state_signatures())
 
 
-def _threads(plan: GdnPlan, w: int, stage_kp: bool, defaults=None, cap=None):
+def _threads(plan: GdnPlan, w: int, stage_kp: bool, defaults=None, cap=None, knobs=None):
     """(compute threads, copy threads), whole warps: at most ``cap(K, w, stage_kp)`` compute
     threads (by default one per two-row phase-2 unit); ``defaults`` maps ``stage_kp`` to
-    the (compute, copy) pair used when no knob is set."""
+    the (compute, copy) pair used when no knob is set; ``knobs``: the (compute, copy) knob
+    values (0: unset), by default read here. A copy count set by its knob that does not fit
+    :data:`MAX_THREADS` beside the compute threads is refused (``ValueError``), on the
+    simulator too (which runs 32 + 32)."""
+    comp_knob, copy_knob = knobs if knobs is not None else (S.state_threads(), copy_threads())
+    comp0, copy0 = (defaults or DEFAULT_THREADS)[bool(stage_kp)]
+    most = cap(plan.K, w, stage_kp) if cap else staged_threads(plan.K, w)
+    ncomp = comp_knob or min(comp0, most)
+    ncomp = -(-ncomp // 32) * 32
+    ncopy = copy_knob or copy0
+    used = min(MAX_THREADS - 32, plan.threads or ncomp)      # (the compute threads a GPU runs)
+    if copy_knob and used + copy_knob > MAX_THREADS:
+        KN.refuse(KN.WS_COPY_THREADS, str(copy_knob),
+                  f"at most {MAX_THREADS - used} copy threads beside the {used} compute "
+                  f"threads ({KN.SPLIT_THREADS} or the default; {MAX_THREADS} a CTA)")
     if SIMULATOR:
         ncomp, ncopy = SIM_COMPUTE, SIM_COPY
-    else:
-        comp0, copy0 = (defaults or DEFAULT_THREADS)[bool(stage_kp)]
-        most = cap(plan.K, w, stage_kp) if cap else staged_threads(plan.K, w)
-        ncomp = S.STATE_THREADS or min(comp0, most)
-        ncomp = -(-ncomp // 32) * 32
-        ncopy = max(32, ((COPY_THREADS or copy0) // 32) * 32)
     if plan.threads:
         ncomp = plan.threads
     ncomp = max(1, min(MAX_THREADS - 32, ncomp))
@@ -98,13 +117,13 @@ SPLIT_PREP = PrePass(S.PREP_NAME, gdn_split_prep_kernel, S._prep, lambda: S.PREP
                      lambda K: 0)
 
 
-def plan_prep(s, prep: PrePass, K: int) -> None:
+def plan_prep(s, prep: PrePass, K: int, threads=None) -> None:
     """Make ``prep`` the planned pre-pass of scratch ``s`` (:func:`.chunked_split.launch_prep`
-    launches it)."""
+    launches it) with ``threads`` threads a CTA (by default ``prep.threads()``)."""
     nbytes = prep.smem(K)
     s.prep_name = prep.name
     s.prep_kernel = DynShared(prep.kernel, nbytes) if nbytes else prep.kernel
-    s.prep_threads = prep.threads()
+    s.prep_threads = prep.threads() if threads is None else threads
 
 
 def prepare_with(plan: GdnPlan, stream, kernel, name: str, defaults=None, cap=None,
@@ -112,11 +131,14 @@ def prepare_with(plan: GdnPlan, stream, kernel, name: str, defaults=None, cap=No
     """Plan time of a warp-specialised variant (``kernel``: its jitted state kernel, with
     this module's arguments and shared layout): chunked_split's tables and scratch, the
     pre-pass launch (``prep``), then the state kernel configuration in ``plan.scratch.ws``
-    (launches allocate nothing: CUDA-graph capturable)."""
+    (launches allocate nothing: CUDA-graph capturable). The knobs are read first: a value
+    they do not accept is refused before the scratch is allocated."""
+    knobs = (S.state_threads(), copy_threads())
+    knob_kp, pthreads = S.stage_kp_knob(), prep.threads()
     s = S.prepare_scratch(plan, stream)
-    plan_prep(s, prep, plan.K)
-    stage_kp = S.stage_kp_choice(ws_floats(plan.K, True))
-    ncomp, ncopy = _threads(plan, s.cols, stage_kp, defaults, cap)
+    plan_prep(s, prep, plan.K, pthreads)
+    stage_kp = S.stage_kp_choice(ws_floats(plan.K, True), knob_kp)
+    ncomp, ncopy = _threads(plan, s.cols, stage_kp, defaults, cap, knobs)
     smem = 4 * ws_floats(plan.K, stage_kp)
     args = (plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items, s.scr,
             s.F, np.int32(plan.H), np.int32(plan.K), np.int32(stage_kp), np.int32(ncomp))
