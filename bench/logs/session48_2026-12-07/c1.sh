@@ -1,4 +1,4 @@
-# call 1 (tree as COMMIT): session 47's owed check of the commits after its call 4 -- the API / stream / call-device files, the whole gpu-marked suite, the device check's host cost
+# call 1 (tree as COMMIT): session 47's owed check of the commits after its call 4 -- the API / stream / call-device files, the whole gpu-marked suite, the device check's host cost  [../device_check_cost.py: bench/logs/session47_2026-12-07/device_check_cost.py, unchanged, copied into _run]
 source _run/head.sh
 nvidia-smi -L | tee -a $OUT/device.txt
 PYTHONPATH=$PWD timeout 60 python3 ../device_check_cost.py 2>&1 | grep -v Warn | tee $OUT/device_check_cost.log
