@@ -112,8 +112,7 @@ def knob_threads(plan: GdnPlan):
         ncomp, ncopy = knob
     if plan.threads:
         ncomp = plan.threads
-    ncopy = max(32, (ncopy // 32) * 32)
-    ncomp = max(1, min(MAX_THREADS - ncopy, ncomp))
+    ncomp = max(1, min(MAX_THREADS - ncopy, ncomp))   # (ncopy: whole warps, checked)
     return ncomp, ncopy
 
 
