@@ -185,10 +185,10 @@ def pattern(got, want) -> str:
 
 def _form(text: str) -> str:
     """argparse type: an ``hb`` spelling of ``FORMS`` or of :func:`bisect_forms`."""
-    if text in FORMS or text in bisect_forms():
+    known = [*FORMS, *bisect_forms()]
+    if text in known:
         return text
-    raise argparse.ArgumentTypeError(
-        f"unknown form {text!r}; one of {', '.join([*FORMS, *bisect_forms()])}")
+    raise argparse.ArgumentTypeError(f"unknown form {text!r}; one of {', '.join(known)}")
 
 
 def _parse(argv):

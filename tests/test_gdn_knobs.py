@@ -195,16 +195,20 @@ def test_gpu_thread_counts(monkeypatch):
     defaults are unchanged, a default copy count shrinks to fit 384 threads a CTA."""
     plan = SimpleNamespace(K=128, threads=0)
     monkeypatch.setattr(W, "SIMULATOR", False)
-    assert W._threads(plan, 12, True) == (256, 128)
-    assert W._threads(plan, 12, False) == (288, 96)
+
+    def ws_threads(stage_kp):        # as chunked_ws's plans call it: the knobs read first
+        return W._threads(plan, 12, stage_kp, (S.state_threads(), W.copy_threads()))
+
+    assert ws_threads(True) == (256, 128)
+    assert ws_threads(False) == (288, 96)
     monkeypatch.setenv(KN.SPLIT_THREADS, "320")
-    assert W._threads(plan, 12, True) == (320, 64)
+    assert ws_threads(True) == (320, 64)
     monkeypatch.setenv(KN.SPLIT_THREADS, "224")
     monkeypatch.setenv(KN.WS_COPY_THREADS, "160")
-    assert W._threads(plan, 12, True) == (224, 160)
+    assert ws_threads(True) == (224, 160)
     monkeypatch.setenv(KN.WS_COPY_THREADS, "192")
     with pytest.raises(ValueError, match=KN.WS_COPY_THREADS):
-        W._threads(plan, 12, True)
+        ws_threads(True)
 
     monkeypatch.setattr(RC, "SIMULATOR", False)
     assert RC.knob_threads(plan) == (128, 128)
@@ -223,13 +227,13 @@ def test_gpu_thread_counts(monkeypatch):
     monkeypatch.setattr(OV, "SIMULATOR", False)
     monkeypatch.setattr(OV, "default_max_ctas", lambda: 132)
     monkeypatch.setattr(OV, "shared_per_sm", lambda: 228 * 1024)
-    assert OV.knobs(1024, 4, 128) == (16, 128, 80)
+    assert OV.knobs(1024, 4, 128, OV.read_knobs()) == (16, 128, 80)
     monkeypatch.setenv(KN.SEGMENTS, "3")
     monkeypatch.setenv(KN.OVERLAP_PREP_THREADS, "96")
     monkeypatch.setenv(KN.OVERLAP_CARVEOUT, "0")
-    assert OV.knobs(1024, 4, 128) == (3, 96, 0)
+    assert OV.knobs(1024, 4, 128, OV.read_knobs()) == (3, 96, 0)
     monkeypatch.setenv(KN.OVERLAP_CARVEOUT, "NONE")
-    assert OV.knobs(1024, 4, 128)[2] is None
+    assert OV.knobs(1024, 4, 128, OV.read_knobs())[2] is None
 
 
 def test_unset_and_empty_mean_the_default(monkeypatch):

@@ -179,13 +179,14 @@ def read_knobs():
     return segments_knob(), prep_threads_knob(), carveout_knob()
 
 
-def knobs(nslots: int, H: int, K: int, read=None):
+def knobs(nslots: int, H: int, K: int, read):
     """``(segments, pre-pass threads, carveout percent or None)`` for a plan of ``nslots``
-    chunk slots, from :func:`read_knobs` (or ``read``, its result). Unset, the segments are
+    chunk slots, from ``read`` (:func:`read_knobs`' result, read before the plan's scratch
+    was allocated). Unset, the segments are
     :func:`segment_count`'s (whose shared-memory test, :func:`prep_fits_beside_rec`, is the
     smem pre-pass's, which needs more than the split one at every K); the simulator runs
     chunked_smprep's pre-pass thread count."""
-    nseg, threads, carve = read_knobs() if read is None else read
+    nseg, threads, carve = read
     if not nseg:
         nseg = segment_count(nslots, H, prep_fits_beside_rec(K, shared_per_sm()))
     if SIMULATOR:

@@ -72,7 +72,6 @@ memory too).
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Optional
 
 import numpy as np
 from numba import types
@@ -157,15 +156,12 @@ def _state_signatures():
                  for dout in (types.float16, types.float32))
 
 
-def choose_cols(n_active: int, HV: int, V: int, sms: int,
-                cols: Optional[int] = None) -> int:
-    """State columns per CTA: ``cols`` (by default :func:`split_cols`) when not 0, else the
+def choose_cols(n_active: int, HV: int, V: int, sms: int, cols: int) -> int:
+    """State columns per CTA: ``cols`` (:func:`split_cols`: 4, 8 or 12) when not 0, else the
     width (multiple of 4, at most 12) that minimises the per-SM column load
     ``ceil(ctas / sms) * w`` with one CTA per SM (ties: the wider)."""
-    if cols is None:
-        cols = split_cols()
     if cols:
-        return max(4, min(VS, V, (cols // 4) * 4))
+        return cols
     best, best_cost = VS, None
     for w in (12, 8, 4):
         ctas = n_active * HV * (-(-V // w))
@@ -249,12 +245,10 @@ def launch_prep(plan: GdnPlan, stream) -> None:
                          plan.scale, plan.use_l2)
 
 
-def stage_kp_choice(floats_with_kp: int, knob: Optional[str] = None) -> bool:
-    """Whether the state pass also stages Kd / P^T (``knob``, by default
-    :func:`stage_kp_knob`; ``auto``: when ``floats_with_kp`` floats of dynamic shared
-    memory fit the device)."""
-    if knob is None:
-        knob = stage_kp_knob()
+def stage_kp_choice(floats_with_kp: int, knob: str) -> bool:
+    """Whether the state pass also stages Kd / P^T (``knob``: :func:`stage_kp_knob`'s
+    value; ``auto``: when ``floats_with_kp`` floats of dynamic shared memory fit the
+    device)."""
     if knob == "auto":
         return 4 * floats_with_kp <= max_dynamic_shared()
     return knob in ("1", "true", "True")

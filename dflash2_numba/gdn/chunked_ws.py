@@ -69,14 +69,14 @@ def _state_signatures():
     return tuple(sig + (types.int32,) for sig in S._state_signatures())
 
 
-def _threads(plan: GdnPlan, w: int, stage_kp: bool, defaults=None, cap=None, knobs=None):
+def _threads(plan: GdnPlan, w: int, stage_kp: bool, knobs, defaults=None, cap=None):
     """(compute threads, copy threads), whole warps: at most ``cap(K, w, stage_kp)`` compute
     threads (by default one per two-row phase-2 unit); ``defaults`` maps ``stage_kp`` to
     the (compute, copy) pair used when no knob is set; ``knobs``: the (compute, copy) knob
-    values (0: unset), by default read here. A copy count set by its knob that does not fit
+    values (0: unset; :func:`.chunked_split.state_threads`, :func:`copy_threads`). A copy count set by its knob that does not fit
     :data:`MAX_THREADS` beside the compute threads is refused (``ValueError``), on the
     simulator too (which runs 32 + 32)."""
-    comp_knob, copy_knob = knobs if knobs is not None else (S.state_threads(), copy_threads())
+    comp_knob, copy_knob = knobs
     comp0, copy0 = (defaults or DEFAULT_THREADS)[bool(stage_kp)]
     most = cap(plan.K, w, stage_kp) if cap else staged_threads(plan.K, w)
     ncomp = comp_knob or min(comp0, most)
@@ -117,13 +117,14 @@ SPLIT_PREP = PrePass(S.PREP_NAME, gdn_split_prep_kernel, S._prep, lambda: S.PREP
                      lambda K: 0)
 
 
-def plan_prep(s, prep: PrePass, K: int, threads=None) -> None:
+def plan_prep(s, prep: PrePass, K: int, threads: int) -> None:
     """Make ``prep`` the planned pre-pass of scratch ``s`` (:func:`.chunked_split.launch_prep`
-    launches it) with ``threads`` threads a CTA (by default ``prep.threads()``)."""
+    launches it) with ``threads`` threads a CTA (``prep.threads()``, read by the caller
+    before its scratch was allocated)."""
     nbytes = prep.smem(K)
     s.prep_name = prep.name
     s.prep_kernel = DynShared(prep.kernel, nbytes) if nbytes else prep.kernel
-    s.prep_threads = prep.threads() if threads is None else threads
+    s.prep_threads = threads
 
 
 def prepare_with(plan: GdnPlan, stream, kernel, name: str, defaults=None, cap=None,
@@ -138,7 +139,7 @@ def prepare_with(plan: GdnPlan, stream, kernel, name: str, defaults=None, cap=No
     s = S.prepare_scratch(plan, stream)
     plan_prep(s, prep, plan.K, pthreads)
     stage_kp = S.stage_kp_choice(ws_floats(plan.K, True), knob_kp)
-    ncomp, ncopy = _threads(plan, s.cols, stage_kp, defaults, cap, knobs)
+    ncomp, ncopy = _threads(plan, s.cols, stage_kp, knobs, defaults, cap)
     smem = 4 * ws_floats(plan.K, stage_kp)
     args = (plan.o, plan.h0, plan.h0_idx, plan.hT, plan.hT_idx, plan.seqs, s.items, s.scr,
             s.F, np.int32(plan.H), np.int32(plan.K), np.int32(stage_kp), np.int32(ncomp))
