@@ -36,14 +36,38 @@ def _runs_long(item) -> bool:
         item.get_closest_marker("slow") is not None
 
 
+def pytest_configure(config):
+    """``DFLASH2_GPU=1`` asks for the GPU run: without a usable GPU (or with the simulator
+    forced on) the run ends with an error, rather than skipping every gpu-marked test and
+    exiting 0."""
+    if os.environ.get("DFLASH2_GPU", "0") == "1" and not ON_GPU:
+        from dflash2_numba._compat import SIMULATOR
+
+        why = "NUMBA_ENABLE_CUDASIM=1 is set" if SIMULATOR else "numba finds no usable CUDA GPU"
+        pytest.exit(f"DFLASH2_GPU=1 but {why}: the gpu-marked tests cannot run", returncode=4)
+
+
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: not _runs_long(item))     # stable: the rest keep their order
     if ON_GPU:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (DFLASH2_GPU=1 on a GPU machine)")
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def ptxas_path():
+    """The ptxas that targets sm_70 (the cuda12 extra's first); a test that needs it and finds
+    none fails, or skips under ``DFLASH2_SKIP_MISSING=1`` (``tests/missing_tools.py``)."""
+    from dflash2_numba.ptx import find_ptxas
+    from tests.missing_tools import missing
+
+    found = find_ptxas()
+    if found is None:
+        missing("needs a ptxas that targets sm_70 (the cuda12 extra's)")
+    return found
 
 
 @pytest.fixture
@@ -62,17 +86,14 @@ def poisoned_dynamic_shared_memory(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def sm70_ptx_report(tmp_path_factory):
+def sm70_ptx_report(request, tmp_path_factory):
     """``python -m dflash2_numba.ptx --cc 7.0 --jobs 2 --json ...`` run once for the session
     (the sm_70 compile and assembly of every kernel is the suite's costliest step; the tests
     that read its rows share them): ``(completed process, rows)``. Two jobs, whatever the
     machine's cores, so that the parallel path is the one whose rows are checked (the
     one-variant dump test compares a one-job run against them). Skips without a ptxas that
-    targets sm_70 (the cuda12 extra)."""
-    from dflash2_numba.ptx import find_ptxas
-
-    if find_ptxas() is None:
-        pytest.skip("needs the cuda12 extra's ptxas")
+    targets sm_70 (the cuda12 extra), as ``ptxas_path`` says."""
+    request.getfixturevalue("ptxas_path")
     out = tmp_path_factory.mktemp("sm70_ptx") / "rows.json"
     env = dict(os.environ)
     env.pop("NUMBA_ENABLE_CUDASIM", None)

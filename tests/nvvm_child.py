@@ -6,17 +6,18 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
+from tests.missing_tools import missing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# every child first proves that numba finds libNVVM (exit 77: the test skips)
+# every child first proves that numba finds libNVVM (exit 77: tests/missing_tools.missing)
 NVVM_PREAMBLE = textwrap.dedent(r"""
     import json, re, sys
+    from numba.cuda.cudadrv.error import NvvmSupportError
+    from numba.cuda.cudadrv.nvvm import NVVM
     try:
-        from numba.cuda.cudadrv.nvvm import NVVM
         NVVM()
-    except Exception as e:
+    except NvvmSupportError as e:
         print("NO_NVVM", e)
         sys.exit(77)
 """)
@@ -24,14 +25,15 @@ NVVM_PREAMBLE = textwrap.dedent(r"""
 
 def child_json(code: str, tag: str, timeout: int = 900):
     """Run ``NVVM_PREAMBLE + code`` in a child without the simulator (real typing and NVVM)
-    and return the JSON it printed after ``tag``; skip when numba finds no libNVVM there."""
+    and return the JSON it printed after ``tag``; without a libNVVM there the test ends as
+    ``tests/missing_tools.missing`` says."""
     env = dict(os.environ)
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run([sys.executable, "-c", NVVM_PREAMBLE + textwrap.dedent(code)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode == 77:
-        pytest.skip("numba.cuda cannot find libNVVM: " + proc.stdout.strip()[-200:])
+        missing("numba.cuda cannot find libNVVM (the cuda12 extra's): " + proc.stdout.strip()[-200:])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith(tag)][-1]
     return json.loads(line[len(tag):])

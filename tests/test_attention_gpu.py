@@ -15,6 +15,7 @@ import pytest
 
 import oracle
 from tests.attention_helpers import case, check_against_oracle
+from tests.missing_tools import module
 
 pytestmark = pytest.mark.gpu
 
@@ -72,7 +73,8 @@ def test_torch_and_cupy_zero_copy_interleaved_cache_on_caller_stream():
     """PyTorch / CuPy tensors are used zero-copy (interleaved K/V in one buffer, padded head
     rows), results come back as the caller's kind, on the caller's stream, and equal the
     numpy path byte for byte."""
-    torch = pytest.importorskip("torch")
+    torch = module("torch")
+    cupy = module("cupy")
     import dflash2_numba as d2
 
     rng = np.random.default_rng(9)
@@ -102,7 +104,6 @@ def test_torch_and_cupy_zero_copy_interleaved_cache_on_caller_stream():
     for b, n in enumerate(c["seq_lens"]):
         A = active_splits(int(n), 80)     # splits >= A are never written (fresh buffers)
         assert part[b, :A].tobytes() == ref.partial[b, :A].tobytes()
-    cupy = pytest.importorskip("cupy")
     rc = d2.verify_attention(cupy.asarray(c["q"]), cupy.asarray(kt), cupy.asarray(vt),
                              cupy.asarray(c["block_table"]), cupy.asarray(c["seq_lens"]),
                              scale=c["scale"], k_scale=c["k_scale"], v_scale=c["v_scale"])

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.bench_helpers import REPO, bench_importable, run_bench_script
+from tests.missing_tools import module
 
 
 COMMON_KEYS = {"meta", "config", "ceilings", "results", "accuracy", "peers", "notes", "files"}
@@ -114,7 +115,7 @@ def test_attention_bench_graphs_keep_their_inputs_alive(tmp_path):
     and the variants' plans; a captured graph holds only raw addresses, so before the fix
     the torch peers' replays read freed (reused) memory and hit index_select's device
     assert. Every peer must time its graph replay and no layer's block table may change."""
-    pytest.importorskip("torch")
+    module("torch")
     proc = run_bench_script("attention.py", [
         "--out", str(tmp_path), "--contexts", "1024,4096", "--layers", "4", "--variants",
         "frozen", "--trials", "3", "--no-eager", "--budget-s", "120", "--acc-context", "1024"],

@@ -17,6 +17,7 @@ import pytest
 
 import oracle
 from dflash2_numba.contract import SENTINEL, active_splits
+from tests.missing_tools import module
 
 pytestmark = pytest.mark.gpu
 
@@ -40,7 +41,7 @@ def _gdn_case():
 
 
 def _torch_on(case, index):
-    torch = pytest.importorskip("torch")
+    torch = module("torch")
     return {k: (torch.from_numpy(np.ascontiguousarray(v)).to(f"cuda:{index}")
                 if isinstance(v, np.ndarray) else v) for k, v in case.items()}
 
@@ -82,7 +83,7 @@ def test_a_pointer_the_driver_does_not_know_is_refused_by_name():
 
 
 def test_torch_inputs_are_planned_on_their_device():
-    torch = pytest.importorskip("torch")
+    torch = module("torch")
     d2 = _d2()
     c = _attention_case()
     plan = d2.plan_attention(**_torch_on(c, 0))
@@ -100,7 +101,7 @@ def _two_gpus():
 
     if len(cuda.gpus) < 2:
         pytest.skip("needs two GPUs")
-    torch = pytest.importorskip("torch")
+    torch = module("torch")
     if torch.cuda.device_count() < 2:
         pytest.skip("torch sees fewer than two GPUs")
     torch.cuda.set_device(0)

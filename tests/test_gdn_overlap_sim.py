@@ -16,9 +16,6 @@ from dflash2_numba.gdn import gdn_prefill
 from dflash2_numba.gdn._common import C
 from dflash2_numba.gdn.chunked_overlap import segment_tables
 
-pytestmark = pytest.mark.skipif("chunked_overlap" not in _registry.variants("gdn"),
-                                reason="chunked_overlap not registered")
-
 
 def _check_tables(lengths, nseg, HV=3, V=32, w=12):
     N = len(lengths)

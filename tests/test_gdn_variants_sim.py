@@ -113,9 +113,6 @@ def _assert_same(got, ref, what):
     assert mm is None, f"{what}: {mm}"
 
 
-pytestmark = pytest.mark.skipif(not VARIANTS, reason="no optimised chunked variant registered")
-
-
 @pytest.mark.parametrize("name", CASE_PARAMS)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_fp32_output_and_state(variant, name):
@@ -136,8 +133,7 @@ def test_twelve_column_plan(monkeypatch, variant, name):
     step ahead), on every case: the frozen kernel's bytes, including the narrower last item
     of each value head when 12 does not divide V (here V = 32: items of 12, 12 and 8
     columns)."""
-    if variant not in VARIANTS:
-        pytest.skip(f"{variant} not registered")
+    assert variant in VARIANTS
     from dflash2_numba.gdn import chunked_split
 
     monkeypatch.setattr(chunked_split, "COLS", 12)
@@ -215,8 +211,7 @@ def test_launch_knobs_do_not_change_bits(monkeypatch, variant, cols, threads):
     """chunked_split / chunked_pipe: the state CTA's thread count and column width only move
     work between threads (128 threads per group of 4 columns switch step 6 to one product
     and one column group per unit); the bits stay the frozen kernel's."""
-    if variant not in VARIANTS:
-        pytest.skip(f"{variant} not registered")
+    assert variant in VARIANTS
     from dflash2_numba.gdn import chunked_split
 
     ref_o, ref_s = _reference(KNOB_CASE, "float32")
@@ -234,8 +229,7 @@ def test_state_staging_does_not_change_bits(monkeypatch, variant, stage_kp):
     """The staged state passes (chunked_split, chunked_ws, chunked_wsr) with and without
     Kd / P^T staged in shared memory (the device's shared-memory size picks one at plan
     time): same bits as the frozen kernel."""
-    if variant not in VARIANTS:
-        pytest.skip(f"{variant} not registered")
+    assert variant in VARIANTS
     from dflash2_numba.gdn import chunked_split
 
     ref_o, ref_s = _reference(KNOB_CASE, "float32")
@@ -254,8 +248,7 @@ def test_rec_unit_rows_do_not_change_bits(monkeypatch, rows):
     wide here, takes two- / four-row units), and the two-row phase-1 units placed two
     column groups a warp (``2p``) or over four warps (``2s``), run the same chains: the
     frozen kernel's bytes."""
-    if "chunked_rec" not in VARIANTS:
-        pytest.skip("chunked_rec not registered")
+    assert "chunked_rec" in VARIANTS
     monkeypatch.setenv("DFLASH2_GDN_REC_ROWS", rows)
     f1, f2 = rows.split(",")
     placed = {"2p": -1, "2s": -2}.get(f1)
@@ -283,8 +276,7 @@ def test_ahead_unit_rows_do_not_change_bits(monkeypatch, rows):
     takes from ``gdn_rec_state`` unchanged (half-row phase-1, one-row phase-1, two- and
     four-row phase-2 units): the frozen kernel's bytes, and ``gdn_rec_ahead_state`` is the
     recurrence launched."""
-    if "chunked_ahead" not in VARIANTS:
-        pytest.skip("chunked_ahead not registered")
+    assert "chunked_ahead" in VARIANTS
     from dflash2_numba.gdn import chunked_split
 
     monkeypatch.setenv("DFLASH2_GDN_REC_ROWS", rows)
@@ -313,8 +305,7 @@ def test_rec_chunk_start_states_are_chunked_states():
     chunk ci (the chunk-start region of the scratch) is, byte for byte, the frozen kernel's
     final state after the first ci chunks of the same sequence (the initial state for
     ci = 0), for every value head."""
-    if "chunked_rec" not in VARIANTS:
-        pytest.skip("chunked_rec not registered")
+    assert "chunked_rec" in VARIANTS
     case = _case(113, T=150, H=1, HV=2)                 # chunks of 64, 64, 22 tokens
     call = plan_gdn(**case, variant="chunked_rec", out_dtype="float32")
     call.launch()
@@ -358,8 +349,7 @@ ROUTES = {"chunked_split": ({"gdn_split_prep": 1, "gdn_split_state": 1}, {"gdn_s
 def test_route_and_empty(variant):
     """The variant's kernels run as many times as its schedule says; a batch of empty
     sequences runs no pre-pass and returns the initial states."""
-    if variant not in VARIANTS:
-        pytest.skip(f"{variant} not registered")
+    assert variant in VARIANTS
     case = _case(111, T=5)
     _registry.route_counters(reset=True)
     o, s = gdn_prefill(**case, variant=variant, output_final_state=False)
@@ -379,8 +369,7 @@ def test_rec_pipe_output_slabs_of_sixteen_rows(monkeypatch, dtype, out_dtype):
     (every P^T | vn slab, every row's tail steps) and a partial one (only the slabs its rows
     need), two value heads: the frozen kernel's bytes, and the 4 x 8 kernel is the one
     launched."""
-    if "chunked_rec_pipe" not in VARIANTS:
-        pytest.skip("chunked_rec_pipe not registered")
+    assert "chunked_rec_pipe" in VARIANTS
     from dflash2_numba.gdn._chunk_output_pipe import slab_rows
 
     assert slab_rows(128) == 16 and slab_rows(64) == slab_rows(32) == 8
@@ -406,8 +395,7 @@ def test_wide_output_tile_gives_chunked_bytes(monkeypatch, variant, K, V, T, dty
     whole chunks (every P^T | vn slab, each row group's seven tail steps) and a partial one,
     two value heads, FP32 and FP16 outputs: the frozen kernel's bytes, and the wide kernel is
     the one launched."""
-    if variant not in VARIANTS:
-        pytest.skip(f"{variant} not registered")
+    assert variant in VARIANTS
     from dflash2_numba.gdn._chunk_output_wide import wide_fits, wide_slab_rows, wide_threads
 
     assert wide_slab_rows(V) % 8 == 0 and wide_fits(V) and wide_threads(V) == V
@@ -426,8 +414,7 @@ def test_wide_output_tile_gives_chunked_bytes(monkeypatch, variant, K, V, T, dty
 def test_out_tile_knob_is_checked(monkeypatch, raw):
     """A ``DFLASH2_GDN_OUT_TILE`` that names no tile is refused at plan time, with the
     knob's name."""
-    if "chunked_rec_pipe" not in VARIANTS:
-        pytest.skip("chunked_rec_pipe not registered")
+    assert "chunked_rec_pipe" in VARIANTS
     monkeypatch.setenv("DFLASH2_GDN_OUT_TILE", raw)
     with pytest.raises(ValueError, match="DFLASH2_GDN_OUT_TILE"):
         gdn_prefill(**_inputs(KNOB_CASE), variant="chunked_rec_pipe")
@@ -437,8 +424,7 @@ def test_rec_pipe_below_cc8_runs_the_staged_output_kernel(monkeypatch):
     """Below compute capability 8.0 chunked_rec_pipe launches ``gdn_chunk_out`` (the sm_70
     form without spills) instead of a streamed output kernel, whatever the tile knob says;
     the simulator runs the streamed one. Both plans give the frozen kernel's bytes."""
-    if "chunked_rec_pipe" not in VARIANTS:
-        pytest.skip("chunked_rec_pipe not registered")
+    assert "chunked_rec_pipe" in VARIANTS
     from dflash2_numba.gdn import chunked_rec_pipe
 
     assert chunked_rec_pipe.pipe_here()

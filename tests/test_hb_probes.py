@@ -14,7 +14,6 @@ sys.path.insert(0, str(BENCH))
 
 import hb_mismatch_probe as HB  # noqa: E402
 import hb_toolchain_probe as TC  # noqa: E402
-from dflash2_numba.ptx import find_ptxas  # noqa: E402
 
 PTX = """.version 7.0
 .target sm_70
@@ -54,9 +53,8 @@ def test_entry_name_and_rename():
         TC.entry_name(PTX.format(name="a") + PTX.format(name="b"))
 
 
-@pytest.mark.skipif(find_ptxas() is None, reason="needs the cuda12 extra's ptxas")
-def test_assemble_renames_the_entry(tmp_path):
-    cubin = TC.assemble(PTX.format(name="kern_a"), "numba_entry_x", find_ptxas(), "sm_70", 3,
+def test_assemble_renames_the_entry(tmp_path, ptxas_path):
+    cubin = TC.assemble(PTX.format(name="kern_a"), "numba_entry_x", ptxas_path, "sm_70", 3,
                         tmp_path / "k.cubin")
     assert b"numba_entry_x" in cubin and b"kern_a" not in cubin
 

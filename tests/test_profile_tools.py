@@ -18,13 +18,14 @@ STAGED_OUT = ("chunked_wsr_two_loop", *(f"chunked_wsr:{f}" for f in EXACT_FORMS)
 
 
 def _planned_with_sentinels(variant, T, seed):
-    """A planned, launched GDN call, its results, and its output / final-state buffers
-    refilled with the sentinel, so an experiment kernel must rewrite every byte."""
+    """A planned, launched GDN call, host copies of its output and final state (taken before
+    the refill, whatever kind of array the call returns), and its output / final-state
+    buffers refilled with the sentinel, so an experiment kernel must rewrite every byte."""
     case = oracle.random_gdn_case(np.random.default_rng(seed), B=1, T=T, H=1, HV=2, K=32, V=32,
                                   dtype=np.float32, cu_seqlens=None, with_state=True)
     call = plan_gdn(**case, variant=variant, out_dtype="float32")
     call.launch()
-    ref = call.results()
+    ref = (call.plan.o.copy_to_host(), call.plan.hT.copy_to_host())
     call.plan.o.copy_to_device(np.full(call.plan.o.shape, -777.0, np.float32))
     call.plan.hT.copy_to_device(np.full(call.plan.hT.shape, -777.0, np.float32))
     return call, ref
@@ -32,8 +33,8 @@ def _planned_with_sentinels(variant, T, seed):
 
 def _assert_results_are(call, ref):
     cuda.synchronize()
-    assert call.plan.o.copy_to_host().tobytes() == np.asarray(ref[0]).tobytes()
-    assert call.plan.hT.copy_to_host().tobytes() == np.asarray(ref[1]).tobytes()
+    assert call.plan.o.copy_to_host().tobytes() == ref[0].tobytes()
+    assert call.plan.hT.copy_to_host().tobytes() == ref[1].tobytes()
 
 
 @pytest.mark.parametrize("variant", ["chunked_split", "chunked_ws"])

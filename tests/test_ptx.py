@@ -9,10 +9,10 @@ import textwrap
 
 import pytest
 
-from dflash2_numba.ptx import (KernelReport, count_fp64, count_local, count_shl64_by31, find_ptxas,
+from dflash2_numba.ptx import (KernelReport, count_fp64, count_local, count_shl64_by31,
                                format_table, parse_ptxas_log)
 
-needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="needs the cuda12 extra's ptxas")
+needs_ptxas = pytest.mark.usefixtures("ptxas_path")   # fails without one (tests/missing_tools.py)
 
 
 def _env():
@@ -214,10 +214,10 @@ DONE:
 
 
 @needs_ptxas
-def test_assemble_counts_the_stack_and_spills_of_every_function():
+def test_assemble_counts_the_stack_and_spills_of_every_function(ptxas_path):
     from dflash2_numba.ptx import assemble
 
-    res = assemble(find_ptxas(), _RECURSIVE_PTX, (7, 0))
+    res = assemble(ptxas_path, _RECURSIVE_PTX, (7, 0))
     assert res["registers"] > 0
     assert res["stack_bytes"] > 0                       # the helper's 256-byte array at least
     assert res["spill_store_bytes"] + res["spill_load_bytes"] > 0, res

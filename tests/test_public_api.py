@@ -37,3 +37,22 @@ def test_variant_listings_hold_the_documented_keys(listing, family):
         assert set(entry) == documented, (name, entry)
         assert entry["bitwise_reference"] in got, (name, entry)
         assert all(entry[k] for k in documented), (name, entry)
+
+
+# the public modules of a family's folder that are not variants (everything else is one)
+NOT_VARIANTS = {"attention": {"api", "emulate", "combine_batched"}, "gdn": {"api", "emulate"}}
+
+
+@pytest.mark.parametrize("family", ["attention", "gdn"])
+def test_every_variant_file_is_registered_under_its_name(family):
+    """A variant is one file of its family's folder, registered under the file's name: the
+    registry holds exactly those (a file left out of the family's imports, or registered
+    under another name, fails here rather than skipping the tests that ask for it)."""
+    from pathlib import Path
+
+    from dflash2_numba import _registry
+
+    folder = Path(d2.__file__).parent / family
+    files = {p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")}
+    assert NOT_VARIANTS[family] <= files, sorted(files)
+    assert set(_registry.variants(family)) == files - NOT_VARIANTS[family]

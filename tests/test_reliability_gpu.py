@@ -9,6 +9,7 @@ import oracle
 from dflash2_numba.contract import active_splits
 from dflash2_numba.screen.cases import LENGTH_STATES, row_lengths_for_state
 from tests.array_helpers import device_copies
+from tests.missing_tools import module
 
 pytestmark = pytest.mark.gpu
 
@@ -75,7 +76,7 @@ def test_two_streams_at_once_match_sequential_calls():
 
 def test_graph_replays_through_length_states_match_fresh_calls():
     """One CUDA graph (split + combine) replayed while the row lengths change in place."""
-    torch = pytest.importorskip("torch")
+    torch = module("torch")
     d2 = _d2()
     from numba import cuda
 
@@ -110,7 +111,7 @@ def test_graph_replays_through_length_states_match_fresh_calls():
 
 
 def test_gdn_torch_zero_copy_on_a_caller_stream_matches_numpy():
-    torch = pytest.importorskip("torch")
+    torch = module("torch")
     d2 = _d2()
     rng = np.random.default_rng(5)
     case = oracle.random_gdn_case(rng, B=1, T=700, H=2, HV=4, K=128, V=128, dtype=np.float16,
