@@ -203,11 +203,13 @@ def nan_fill(arrays) -> None:
             x.copy_to_device(np.full(x.shape, np.nan, dtype=x.dtype))
 
 
-def replay_gives(g, want: List[bytes], outputs, sync) -> bool:
+def replay_gives(g, want: List[bytes], outputs, sync, scratch=()) -> bool:
     """Whether one replay of graph ``g`` writes ``want`` (the eager call's bytes) into
     ``outputs`` (the graph's own output arrays), NaN-filled first: a replay that writes
-    nothing, or part, cannot pass."""
-    nan_fill(outputs)
+    nothing, or part, cannot pass. ``scratch`` (what the graph's kernels write and read back:
+    split records, a pre-pass's W / U) is NaN-filled too, so a replay that skips an earlier
+    kernel cannot pass on what the eager call left there."""
+    nan_fill(list(outputs) + list(scratch))
     sync()
     g.replay()
     sync()
@@ -398,6 +400,20 @@ def accuracy_failures(rows: Dict[str, dict], bounds: Dict[str, float], where: st
             if value is None or not math.isfinite(value) or not value <= bound:
                 out.append(f"{where}: {name}: {key} = {value} (bound {bound:.3g})")
     return out
+
+
+def peers_cut_by_budget(budget: Budget, where: str, notes: List[str],
+                        failures: List[str]) -> bool:
+    """Whether the budget is spent before the peers at ``where`` (a context or length) run;
+    if so a note and a failure say so: the run's figures there would stand without the peers
+    the report compares them with."""
+    if not budget.exceeded():
+        return False
+    notes.append(f"peers @ {where}: not run, the budget was spent (no peer beside these "
+                 f"figures)")
+    failures.append(notes[-1])
+    log("  " + notes[-1])
+    return True
 
 
 def closing_failures(notes: List[str], *, skipped: Sequence[int], what: str, budget_s: float,

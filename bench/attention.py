@@ -36,8 +36,9 @@ Exit status 1 (after writing the files) when a variant's plan or launch failed, 
 variant's or a peer's) could not be captured or replayed other bytes than the eager call, a
 timed trial (any item's) raised, a variant's accuracy is missing or past its bound (FP32
 output 1e-5, FP16 output 2**-11 + 1e-5 relative L2), a block table changed, a requested
-context was skipped for the budget, or a ceiling was not measured; 2 for usage errors. A
-peer that cannot run at all (its set-up raises) is a note.
+context was skipped for the budget, a context's peers were not run because the budget was
+spent, or a ceiling was not measured; 2 for usage errors. A peer that cannot run at a
+context (its set-up raises) is a note.
 
 Usage: ``python3 bench/attention.py [--out DIR] [--contexts 1024,32768] [--variants all]``;
 ``--smoke`` is a tiny configuration for the CUDA simulator (NUMBA_ENABLE_CUDASIM=1):
@@ -562,7 +563,8 @@ def main(argv=None) -> int:
             C.log("  " + notes[-1])
         # ---- peers
         pc = None
-        if torch is not None and not args.no_peers and not budget.exceeded():
+        if (torch is not None and not args.no_peers
+                and not C.peers_cut_by_budget(budget, T, notes, failures)):
             try:
                 pc = PeerContext(torch, cfg, T)
             except Exception as exc:  # noqa: BLE001
@@ -582,7 +584,8 @@ def main(argv=None) -> int:
                     info["ran_at"].append(T)
                 except Exception as exc:  # noqa: BLE001
                     info["errors"][str(T)] = f"{type(exc).__name__}: {str(exc)[:300]}"
-                    C.log(f"  peer {name} @ {T} unavailable: {info['errors'][str(T)]}")
+                    notes.append(f"peer {name} @ {T} unavailable: {info['errors'][str(T)]}")
+                    C.log("  " + notes[-1])
                     _recover_torch(torch)
                     continue
 
@@ -704,11 +707,13 @@ def _recover_torch(torch):
 
 def check_graph(clock, layers, eager, g):
     """Whether one replay of the variant's graph writes every layer's output as an eager
-    launch does (:func:`C.replay_gives`: the outputs NaN-filled first)."""
+    launch does (:func:`C.replay_gives`: the outputs, and the split records the combine
+    reads, NaN-filled first, so a graph that lost its split launches cannot pass)."""
     eager()
     clock.sync()
     outs = [L.ws.out for L in layers]
-    return C.replay_gives(g, C.host_bytes(outs), outs, clock.sync)
+    records = [x for L in layers for x in (L.ws.partial, L.ws.lse)]
+    return C.replay_gives(g, C.host_bytes(outs), outs, clock.sync, scratch=records)
 
 
 def peer_graph_matches(clock, run_inf, g, outs):
@@ -849,7 +854,8 @@ def finish(record, out_dir: Path, cfg) -> int:
         series.append({"label": f"{impl} ({mode})", "x": [r["context"] for r in rs],
                        "y": [r["ms_all"] for r in rs], "style": style})
     ctxs = sorted({r["context"] for r in results})
-    for key, label in (("floor_instr_ms_all", "FP32 floor (850 instr/row/key)"),
+    per_row_key = instr_per_row_key(cfg["D"])
+    for key, label in (("floor_instr_ms_all", f"FP32 floor ({per_row_key} instr/row/key)"),
                        ("floor_bytes_ms_all", "bandwidth floor")):
         ys = []
         for c in ctxs:

@@ -18,8 +18,9 @@ Exit status 1 (after writing the files) when a variant's call failed, a graph (a
 or fla's) could not be captured or replayed other bytes than the eager call, a timed trial
 (any item's) raised, a variant's accuracy is missing or past its bound (FP32 output and
 state 1e-5, FP16 output 2**-11 + 1e-5 relative L2), a requested length was skipped for the
-budget, or a ceiling was not measured; 3 when ``gdn_prefill`` is missing; 2 for usage
-errors.
+budget, fla was not run at a length because the budget was spent, or a ceiling was not
+measured; 3 when ``gdn_prefill`` is missing; 2 for usage errors. fla failing at a length is
+a note (it is not tried at later lengths), and the report's peer line says where.
 
 FP32 floor: about 130 kFLOP per token per value head (chunk C=64, K=V=128, H=4, HV=12;
 other shapes scaled by the contract's count, ``fma_per_token_head``); the FLOP rate
@@ -56,6 +57,7 @@ import numpy as np  # noqa: E402
 import dflash2_numba as d2  # noqa: E402  (numpy shim before numba)
 from bench import _common as C  # noqa: E402
 from dflash2_numba._cli import positive_float, positive_int, positive_int_list, seed  # noqa: E402
+from dflash2_numba.gdn._scratch import scratch_arrays  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import oracle  # noqa: E402
@@ -231,6 +233,7 @@ def variant_caller(prefill, inputs, variant, stream, holder, out_dtype=None):
 
         holder["get"] = call.results
         holder["launch"] = call.launch          # (launch(stream): a CUDA-graph capture)
+        holder["scratch"] = lambda: scratch_arrays(call.plan)   # (NaN-filled before a replay)
         return fn, sorted(kw), "plan_gdn(...).launch (kernels only)"
 
     def fn():
@@ -301,12 +304,15 @@ def fla_caller(torch, fla_fn, inputs, cfg, holder):
     raise RuntimeError("; ".join(errors))
 
 
-def graph_item(items, labels, notes, torch, clock, key, label, launch, get, target_ms, calls=1):
+def graph_item(items, labels, notes, torch, clock, key, label, launch, get, target_ms, calls=1,
+               scratch=None):
     """Add ``key``: CUDA-graph replays of ``calls`` calls (one per input set;
     ``launch(numba_stream)`` makes them all, captured into one torch graph), timed like the
     eager item (the time per call, ``target_ms`` a trial), after one replay's outputs and
     final states (``get()``: a list of arrays, the graph's own after the capture) give the
-    eager calls' bytes (:func:`C.replay_gives`). Returns True when added, False when the
+    eager calls' bytes (:func:`C.replay_gives`, with ``scratch()``'s arrays, the plans'
+    scratch, NaN-filled as well, so a replay that skips a kernel cannot pass on what the
+    eager calls left there). Returns True when added, False when the
     replay differs or the capture failed (a note; no graph timed), None when no graph is
     tried (no torch, the simulator)."""
     if torch is None or launch is None or C.SIMULATOR:
@@ -316,7 +322,8 @@ def graph_item(items, labels, notes, torch, clock, key, label, launch, get, targ
         clock.sync()
         want = C.host_bytes(get())
         g = C.capture_graph(torch, launch)
-        same = C.replay_gives(g, want, get(), clock.sync)
+        same = C.replay_gives(g, want, get(), clock.sync,
+                              scratch=scratch() if scratch is not None else ())
     except Exception as exc:  # noqa: BLE001
         notes.append(f"{key}: capture failed: {type(exc).__name__}: {str(exc)[:300]}")
         return False
@@ -457,9 +464,11 @@ def main(argv=None) -> int:
                               (v, "variant", reps),
                               lambda s, launches=launches: [f(s) for f in launches],
                               lambda hs=hs: [x for h in hs for x in h["get"]()[:2]],
-                              args.target_ms, calls=n_sets) is False:
+                              args.target_ms, calls=n_sets,
+                              scratch=lambda hs=hs: [x for h in hs
+                                                     for x in h["scratch"]()]) is False:
                     failures.append(notes[-1])    # a variant with no graph, or one that lies
-        if fla_fn is not None and not budget.exceeded():
+        if fla_fn is not None and not C.peers_cut_by_budget(budget, f"T {T}", notes, failures):
             hs = [{} for _ in sets]
             t0 = time.perf_counter()
             try:
@@ -486,7 +495,10 @@ def main(argv=None) -> int:
                     failures.append(notes[-1])    # the peer's figure is a graph replay's too
             except Exception as exc:  # noqa: BLE001
                 peer_info["error"] = f"{type(exc).__name__}: {str(exc)[:600]}"
-                C.log(f"  fla failed: {peer_info['error']}")
+                peer_info["failed_at"] = T
+                notes.append(f"fla @ T {T} failed, not run at this or any later length: "
+                             f"{peer_info['error'][:300]}")
+                C.log("  " + notes[-1])
                 fla_fn = None
 
         if items:
@@ -616,6 +628,17 @@ def accuracy_at(cfg, T, inputs, prefill, variants, holders, torch, clock, accura
               f"state {C.fmt(r.get('rel_l2_state'))}")
 
 
+def peer_line(peer: dict) -> str:
+    """The report's word on fla: available (its layout), with where it failed if it did at
+    a later length, or why it was not run."""
+    if not peer.get("available"):
+        return f"not run: {peer.get('error')}"
+    line = f"available ({peer.get('layout')})"
+    if peer.get("error"):
+        line += f"; failed at T = {peer.get('failed_at')}, not run after: {peer['error']}"
+    return line
+
+
 def finish(record, out_dir: Path, cfg) -> None:
     results = record["results"]
     headers = ["T", "impl", "ms", "tokens/s", "FP32 floor ms", "FP32 floor %", "bandwidth %"]
@@ -646,8 +669,7 @@ def finish(record, out_dir: Path, cfg) -> None:
           "", ceil_line, "",
           "Timed: " + "; ".join(sorted({f"{r['impl']}: {r.get('timed')}" for r in results})),
           "",
-          f"Peer: fla chunk_gated_delta_rule: "
-          f"{'available (' + str(peer.get('layout')) + ')' if peer.get('available') else 'not run: ' + str(peer.get('error'))}",
+          "Peer: fla chunk_gated_delta_rule: " + peer_line(peer),
           "", C.md_table(headers, rows), "",
           f"Accuracy at T = {acc.get('length')} vs the FP64 oracle:", "",
           C.md_table(acc_headers, acc_rows), ""]

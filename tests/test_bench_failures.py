@@ -180,3 +180,48 @@ def test_attention_input_sets_read_disjoint_pages_and_time_per_sixteen_layers(
         assert all(n_pages >= 3 * npg for i, _, n_pages, _ in made if i == idx)
         used = np.concatenate([pages for _, pages in sets])
         assert len(set(used.tolist())) == 3 * npg     # disjoint runs of real pages
+
+
+def test_peers_cut_by_the_budget_are_a_failure(bench):
+    """Where the budget is spent before a context's (or length's) peers run, the run's
+    figures there would stand alone: a note and a failure say so; otherwise nothing."""
+    C = bench
+    notes, failures = [], []
+    assert C.peers_cut_by_budget(C.Budget(3600), 1024, notes, failures) is False
+    assert notes == [] and failures == []
+    assert C.peers_cut_by_budget(C.Budget(0), 261888, notes, failures) is True
+    assert failures == notes and len(notes) == 1
+    assert notes[0].startswith("peers @ 261888: not run, the budget was spent")
+
+
+def test_gdn_report_says_where_fla_failed(bench):
+    """fla that ran at a first length and failed at a later one is dropped for the rest of
+    the run: the report's peer line says where and why, not just "available"."""
+    import bench.gdn as G
+
+    assert G.peer_line({"available": True, "layout": "GVA"}) == "available (GVA)"
+    line = G.peer_line({"available": True, "layout": "GVA", "error": "OutOfMemoryError: x",
+                        "failed_at": 65536})
+    assert line.startswith("available (GVA); failed at T = 65536") and "OutOfMemoryError" in line
+    assert G.peer_line({"available": False, "error": "skipped (--no-peers)"}) == \
+        "not run: skipped (--no-peers)"
+
+
+def test_attention_plot_labels_the_floor_with_the_shapes_count(bench, monkeypatch, tmp_path):
+    """The plot's FP32-floor series names the instructions per (row, key) of the shape run
+    (220 at the smoke shape's D = 64), not the production shape's 850."""
+    import bench.attention as A
+
+    seen = {}
+    real = A.C.write_outputs
+
+    def recording(out_dir, stem, record, md, title, xlabel, ylabel, series):
+        seen["labels"] = [s["label"] for s in series]
+        return real(out_dir, stem, record, md, title, xlabel, ylabel, series)
+
+    monkeypatch.setattr(A.C, "write_outputs", recording)
+    rc = A.main(["--smoke", "--out", str(tmp_path), "--variants", "frozen", "--trials", "1",
+                 "--contexts", "160", "--no-peers"])
+    assert rc == 0
+    assert f"FP32 floor ({A.instr_per_row_key(64)} instr/row/key)" in seen["labels"]
+    assert A.instr_per_row_key(64) == 220

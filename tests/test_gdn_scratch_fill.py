@@ -11,7 +11,6 @@ plans afresh. A NaN reaches a result even through a multiplication by zero.
 On the simulator: a small shape with a partial chunk and two sequences. With
 ``DFLASH2_GPU=1`` on a GPU the ``gpu``-marked case runs the production shape (H = 4, HV = 12,
 K = V = 128, FP16) with a partial last chunk."""
-from dataclasses import is_dataclass
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,40 +19,10 @@ import pytest
 import oracle
 from dflash2_numba import _registry, plan_gdn
 from dflash2_numba._compat import cuda
+from dflash2_numba.gdn._scratch import scratch_arrays
 
 FILLS = {"nan": 0x7FC00000, "-inf": 0xFF800000, "5a5a5a5a": 0x5A5A5A5A}
 VARIANTS = [v for v in _registry.variants("gdn") if v != "serial"]
-
-
-def scratch_arrays(plan):
-    """The FP32 device arrays a planned call keeps between calls (its scratch), found
-    anywhere under ``plan.scratch`` through the containers plans build: namespaces,
-    dataclass instances, lists, tuples and dicts. Nothing else is entered: a kernel, a
-    stream or an event a namespace holds leads into numba's and Python's own objects (on a
-    GPU, through their modules, to objects that answer any attribute)."""
-    found, seen = [], set()
-
-    def walk(x):
-        if id(x) in seen:
-            return
-        seen.add(id(x))
-        if hasattr(x, "copy_to_device") and isinstance(getattr(x, "dtype", None), np.dtype):
-            if x.dtype == np.float32:
-                found.append(x)
-            return
-        if isinstance(x, dict):
-            items = x.values()
-        elif isinstance(x, (list, tuple)):
-            items = x
-        elif isinstance(x, SimpleNamespace) or (is_dataclass(x) and not isinstance(x, type)):
-            items = vars(x).values()
-        else:
-            return
-        for item in items:
-            walk(item)
-
-    walk(plan.scratch)
-    return found
 
 
 def fill(arr, word):
