@@ -77,8 +77,9 @@ def exec_source(src, filename, ns):
 
 
 def emit_head(e, D, after_smem=(), after_roles=(), roles=None):
-    """``def split_kernel(...)``, the CTA's split / request / KV head / row group and tile
-    range, the shared buffer, then ``after_smem``, the score / softmax / PV thread roles
+    """``def split_kernel(...)`` with its docstring (the contract it keeps), the CTA's split
+    / request / KV head / row group and tile range, the shared buffer, then
+    ``after_smem``, the score / softmax / PV thread roles
     (``roles``: lines that define them; default the 128-thread roles of ``tiled`` and
     ``tiled_compact``) and ``after_roles``."""
     CGN = D // 4
@@ -94,6 +95,11 @@ def emit_head(e, D, after_smem=(), after_roles=(), roles=None):
         ]
     e(0, "def split_kernel(q, k_cache, v_cache, block_table, seq_lens, row_lengths, use_rows,")
     e(0, "                 page_size, splits, qk_scale, v_scale, partial, lse):")
+    # the kernel's docstring (plain text: no triple quote or backslash inside it)
+    e(1, '"""Split step of a register-tiled attention variant (generated source): keeps')
+    e(1, "contract.md part A, sections Split schedule, E4M3FN decode, Score, N32 online")
+    e(1, "softmax and PV, and Workspace. Its partial and lse must equal those of frozen.py's")
+    e(1, 'split_kernel (attention.frozen.split) bit for bit; the generating module says how."""')
     for line in [
         "s = cuda.blockIdx.x", "bh = cuda.blockIdx.y", "rg = cuda.blockIdx.z", "tid = cuda.threadIdx.x",
         "Q = q.shape[1]", "Hq = q.shape[2]", "num_pages = k_cache.shape[0]", "Hkv = k_cache.shape[2]",

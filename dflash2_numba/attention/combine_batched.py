@@ -58,6 +58,10 @@ def _source(batch=BATCH):
     src = Source()
     e = src.e
     e(0, "def combine_kernel(seq_lens, row_lengths, use_rows, splits, partial, lse, out):")
+    # the kernel's docstring (plain text: no triple quote or backslash inside it)
+    e(1, '"""Combine step of contract.md part A, section Combine, with the workspace loads')
+    e(1, "batched (generated source): its out must equal that of frozen.py's combine_kernel")
+    e(1, '(attention.frozen.combine) bit for bit; this module says how."""')
     for line in [
         "b = cuda.blockIdx.x", "t = cuda.blockIdx.y", "z = cuda.blockIdx.z",
         "tid = cuda.threadIdx.x", "Q = out.shape[1]", "D = out.shape[3]",

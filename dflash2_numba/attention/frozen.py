@@ -47,6 +47,10 @@ F32_ONE = np.float32(1.0)
 @cuda.jit
 def split_kernel(q, k_cache, v_cache, block_table, seq_lens, row_lengths, use_rows,
                  page_size, splits, qk_scale, v_scale, decode_table, partial, lse):
+    """Split step of contract.md part A, the frozen reference (sections "Split schedule",
+    "E4M3FN decode", "Score", "N32 online softmax and PV", "Workspace"): the CTA of (split
+    s, request b, query head h) writes split s's ``partial`` and ``lse``. Every attention
+    variant's split kernel must reproduce these bytes (module docstring)."""
     s = cuda.blockIdx.x
     b = cuda.blockIdx.y
     h = cuda.blockIdx.z
@@ -209,6 +213,10 @@ def split_kernel(q, k_cache, v_cache, block_table, seq_lens, row_lengths, use_ro
 
 @cuda.jit
 def combine_kernel(seq_lens, row_lengths, use_rows, splits, partial, lse, out):
+    """Combine step of contract.md part A, the frozen reference (section "Combine"): the
+    CTA of (b, t, h) reduces the splits' workspace into ``out``. ``combine_batched``'s
+    kernel must reproduce these bytes; the tiled variants run this one for plans above
+    ``combine_batched.MAX_SPLITS`` splits."""
     b = cuda.blockIdx.x
     t = cuda.blockIdx.y
     h = cuda.blockIdx.z

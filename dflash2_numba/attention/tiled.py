@@ -94,16 +94,20 @@ def _smem_layout(D, u_pack=False):
 
 @cuda.jit(device=True, inline="always")
 def _load_chunk_vec(cache, page, slot, hk, lc):
+    """Chunk ``lc`` (bytes ``16 lc .. 16 lc + 15``) of one cache row as four words, one
+    16-byte load (``cache``: the uint32 view of the E4M3 bytes)."""
     return ldg4(cache, page, slot, hk, 4 * lc)
 
 
 @cuda.jit(device=True, inline="always")
 def _load_word_bytes(cache, page, slot, hk, i):
+    """Bytes ``i .. i + 3`` of one cache row as one little-endian word (byte loads)."""
     return ldb4(cache, page, slot, hk, i)
 
 
 @cuda.jit(device=True, inline="always")
 def _load_chunk_bytes(cache, page, slot, hk, lc):
+    """:func:`_load_chunk_vec`'s four words from byte loads (caches not 16-byte aligned)."""
     i = 16 * lc
     return (ldb4(cache, page, slot, hk, i), ldb4(cache, page, slot, hk, i + 4),
             ldb4(cache, page, slot, hk, i + 8), ldb4(cache, page, slot, hk, i + 12))

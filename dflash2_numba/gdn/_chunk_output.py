@@ -100,7 +100,8 @@ def tail_step(sm, pj, pv, r, a, b):
 
 def gdn_chunk_out_kernel(o, scr, chunks, F, H, K, snap0):
     """Chunked step 7 for chunk slot ``blockIdx.x // HV`` and value head
-    ``blockIdx.x % HV`` (module docstring)."""
+    ``blockIdx.x % HV`` (module docstring): contract.md part B, ``chunked`` family. The
+    output must equal the frozen ``gdn_chunked_kernel``'s bit for bit."""
     sm = cuda.shared.array(0, _F32)
     tid = cuda.threadIdx.x
     nthr = cuda.blockDim.x

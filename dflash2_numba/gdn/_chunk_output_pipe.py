@@ -5,10 +5,11 @@ buffers, the next slab's global loads in flight while the current slab is comput
 One CTA per (chunk slot, value head), ``2 V`` threads, a 4 x 8 register tile a thread
 like ``gdn_chunk_out``'s, placed row-group-major: ``(rg, cg) = (tid // (V / 8),
 tid % (V / 8))``, rows ``4 rg .. 4 rg + 3`` x columns ``4 cg .. 4 cg + 3`` and
-``V/2 + 4 cg .. V/2 + 4 cg + 3``. The lanes of a warp share one or two row groups, so the
-triangular P vn loop (``4 rg + 1`` steps) costs a warp its own rows' steps instead of
-the longest row group's in the CTA, and the lanes' h / vn loads cover consecutive
-16-byte words (no bank conflicts). The operands come in slabs of ``sb`` rows (16 at
+``V/2 + 4 cg .. V/2 + 4 cg + 3``. A warp spans ``32 / (V / 8)`` row groups (two at V =
+128, four at V = 64, eight at V = 32), so the triangular P vn loop (``4 rg + 1`` steps)
+costs a warp the longest of its own row groups' steps instead of the longest in the CTA,
+and the lanes' h / vn loads cover consecutive 16-byte words (each row group of the warp
+the same words: no bank conflicts). The operands come in slabs of ``sb`` rows (16 at
 V = 128, else 8: :func:`slab_rows`), each a ``sb x C`` block of qs^T or P^T followed by the
 ``sb x V`` block of h or vn with the same rows (two contiguous stretches of the scratch):
 
@@ -132,7 +133,8 @@ def slab_bases(s, sb, nsm, o_qs, o_h, o_p, o_u, V):
 
 def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
     """Chunked step 7 for chunk slot ``blockIdx.x // HV`` and value head
-    ``blockIdx.x % HV`` (module docstring)."""
+    ``blockIdx.x % HV`` (module docstring): contract.md part B, ``chunked`` family. The
+    output must equal the frozen ``gdn_chunked_kernel``'s bit for bit."""
     sm = cuda.shared.array(0, _F32)
     tid = cuda.threadIdx.x
     nthr = cuda.blockDim.x
@@ -144,16 +146,16 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
     t0 = chunks[slot, 1]
     L = chunks[slot, 2]
     KC = K * C
-    sb = np.int64(slot) * F
-    o_qs = sb + (hv // (HV // H)) * 2 * KC + KC        # qs^T [K][C]
-    o_w = sb + H * 2 * KC + hv * (2 * KC + C * V + C * C + C)
+    base = np.int64(slot) * F
+    o_qs = base + (hv // (HV // H)) * 2 * KC + KC      # qs^T [K][C]
+    o_w = base + H * 2 * KC + hv * (2 * KC + C * V + C * C + C)
     o_u = o_w + 2 * KC                                 # vn (over U) [C][V]
     o_p = o_u + C * V                                  # P^T [C][C]
     o_g = o_p + C * C                                  # gamma [C]
     o_h = snap0 + (np.int64(slot) * HV + hv) * (K * V)  # chunk-start state [K][V]
     ncg = V // 8                                       # column groups
-    rg = tid // ncg                                    # (a warp's lanes: two row groups)
-    c8 = 4 * (tid - rg * ncg)                          # columns c8 .. + 3, hb + c8 .. + 3
+    rg = tid // ncg                                    # (a warp: 32 / ncg row groups)
+    c4 = 4 * (tid - rg * ncg)                          # columns c4 .. + 3, hb + c4 .. + 3
     hb = I32(I32(V) >> I32(1))                         # V / 2 (narrowed first: no 64-bit shift)
     i0 = I32(4 * rg)
     V32 = I32(V)
@@ -175,7 +177,7 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
         b1s, b2s = slab_bases(s + 1, sb, nsm, o_qs, o_h, o_p, o_u, V)
         x = load_slab(scr, b1s, b2s, nc, n, tid, nthr)     # (s + 1 < ns: L >= 1)
         pq, ph, a0, a1, a2, a3, b0, b1, b2, b3 = acc_steps(
-            sm, cur + i0, cur + I32(sb * C + c8), V32, hb, I32(sb),
+            sm, cur + i0, cur + I32(sb * C + c4), V32, hb, I32(sb),
             a0, a1, a2, a3, b0, b1, b2, b3)
         cur = sbuf - cur
         store_slab(sm, cur, n, tid, nthr, x)
@@ -204,7 +206,7 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
         if nst < 0:
             nst = I32(0)
         pj, pv, a0, a1, a2, a3, b0, b1, b2, b3 = acc_steps(
-            sm, cur + i0, cur + I32(sb * C + c8), V32, hb, nst,
+            sm, cur + i0, cur + I32(sb * C + c4), V32, hb, nst,
             a0, a1, a2, a3, b0, b1, b2, b3)
         if j0 <= i0 and i0 < j0 + sb:                  # (then i0 + 3 < j0 + sb)
             a1, b1 = tail_step(sm, pj, pv, hb, 1, a1, b1)  # j = i0 + 1: rows 1 .. 3
@@ -225,7 +227,7 @@ def gdn_chunk_out_pipe_kernel(o, scr, chunks, F, H, K, snap0):
     # a warp's global stores cover consecutive columns of a row (coalesced); the last
     # barrier above ends every read of the buffers
     vp = V + 4
-    p = i0 * vp + c8
+    p = i0 * vp + c4
     st4(sm, p, a0)
     st4(sm, p + hb, b0)
     st4(sm, p + vp, a1)

@@ -356,7 +356,9 @@ def make_smem_prep_kernel(solve_name: str = SOLVE, wu_name: str = "tile4"):
     def gdn_smem_prep_kernel(q, k, v, g, beta, chunks, scr, F, scale, use_l2):
         """Steps 1-5 of chunked for chunk slot ``blockIdx.x // H`` and q/k head
         ``blockIdx.x % H`` (every value head reading it), into the slot's scratch (the
-        layout of :func:`.chunked_split.slot_floats`; kn^T is left unwritten)."""
+        layout of :func:`.chunked_split.slot_floats`; kn^T is left unwritten): contract.md
+        part B, ``chunked`` family. Each value is the one the frozen ``gdn_chunked_kernel``
+        forms, bit for bit."""
         sm = cuda.shared.array(0, types.float32)      # (the dtype as the simulator wants it)
         tid = i32(cuda.threadIdx.x)
         nthr = i32(cuda.blockDim.x)

@@ -17,11 +17,12 @@ import threading
 from .._compat import SIMULATOR, cuda
 from ._common import C, MAXD
 
-CP1 = C + 1      # row stride of Ms (S | G^T) and of the staging buffers
+CP1 = C + 1      # row stride of Ms (S | G^T)
 TS = C + 4       # row stride of Ts (D -> A, T^T): 16-byte rows
 SW = 32          # columns of X (for W) or Y (for U) staged per slab
 SW4 = SW // 4
 XS = SW + 4      # row stride of the slab (16-byte rows, 4-way instead of 32-way conflicts)
+                 # and of step 1's k / q rows staged in Xs / Ts
 VS = 12          # most state columns one state CTA owns (w in {4, 8, 12})
 N_MS = C * CP1   # shared array sizes (compile-time constants)
 N_TS = C * TS

@@ -597,9 +597,13 @@ def prep_item(q, k, v, g, beta, chunks, scr, F, scale, use_l2, slot, hq,
 
 
 def gdn_split_prep_kernel(q, k, v, g, beta, chunks, scr, F, scale, use_l2):
-    Ms = cuda.shared.array(N_MS, np.float32, SHARED_ALIGN)   # staging; then S | G^T
-    Ts = cuda.shared.array(N_TS, np.float32, SHARED_ALIGN)   # staging; D -> A (lower), T^T (upper)
-    Xs = cuda.shared.array(N_XS, np.float32, SHARED_ALIGN)   # slab of X (W) or Y (U)
+    """Pre-pass of contract.md part B, ``chunked`` family: steps 1-5 of :mod:`.chunked`'s
+    FP32 order for chunk slot ``blockIdx.x // H`` and q/k head ``blockIdx.x % H`` (every
+    value head reading it), into the slot's scratch. Each value is the one the frozen
+    ``gdn_chunked_kernel`` forms, bit for bit (:mod:`.chunked_split`'s docstring)."""
+    Ms = cuda.shared.array(N_MS, np.float32, SHARED_ALIGN)   # S | G^T
+    Ts = cuda.shared.array(N_TS, np.float32, SHARED_ALIGN)   # staged q rows; D -> A (lower), T^T (upper)
+    Xs = cuda.shared.array(N_XS, np.float32, SHARED_ALIGN)   # staged k rows; slab of X (W) or Y (U)
     ga = cuda.shared.array(C, np.float32)                    # a_j = E(g_j)
     bs = cuda.shared.array(C, np.float32)                    # beta_j
     gm = cuda.shared.array(C, np.float32)                    # gamma_j

@@ -66,11 +66,13 @@ def upd_h(scr, p, stride, vn, pv, h0, h1, h2, n, ncg):
 
 @_dev
 def scale4(x, s):
+    """``x_c * s`` for the four values of ``x`` (one rounding each)."""
     return (x[0] * s, x[1] * s, x[2] * s, x[3] * s)
 
 
 @_dev
 def sub4(a, b):
+    """``a_c - b_c`` for the four values (one rounding each)."""
     return (a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3])
 
 
@@ -288,6 +290,7 @@ def ld4z(src, b, e, n):
 
 @_dev
 def st4z(dst, d, e, n, x):
+    """``dst[d + 4e ..] = x`` (16-byte store) when ``e < n``; nothing otherwise."""
     if e < n:
         st4(dst, d + 4 * e, x)
 
@@ -531,6 +534,10 @@ def staged_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, 
 
 
 def gdn_split_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, stage_kp):
+    """State pass of contract.md part B, ``chunked`` family (kernel 2 of ``chunked_split``):
+    steps 6-8 of :mod:`.chunked`'s FP32 order for work item ``blockIdx.x``, every chunk of its
+    sequence (:func:`staged_state_item`). Output and final state must equal the frozen
+    ``gdn_chunked_kernel``'s bit for bit."""
     sm = cuda.shared.array(0, _F32)
     staged_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, cuda.blockIdx.x,
                       stage_kp, sm)

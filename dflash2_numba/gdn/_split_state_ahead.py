@@ -102,6 +102,10 @@ def rec_kernel_for(p1: str, p2: str):
 
     def rec_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, ncomp, n1,
                    nq):
+        """Recurrence of contract.md part B, ``chunked`` family: ``gdn_rec_state`` built on
+        the given phase-1 / phase-2 forms (``chunked_ahead`` registers ``deep`` / ``ahead``).
+        The final state must equal the frozen ``gdn_chunked_kernel``'s bit for bit, and the
+        start states and vn are that kernel's values (exact FP32 copies)."""
         sm = cuda.shared.array(0, _F32)
         run(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, cuda.blockIdx.x,
             ncomp, n1, nq, sm)

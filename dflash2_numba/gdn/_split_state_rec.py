@@ -30,13 +30,15 @@ taken out:
   path's clamp and select (:func:`load_exact` / :func:`store_exact`).
 
 Every value the compute warps produce is made by the same chain as in ``chunked_wsr``
-(same tiles, operands, order and initial values; only the unit count and which thread
-runs a unit change), so the final state is chunked's byte for byte, and ``h`` and ``vn``
-are chunked's chunk-start states and vn: exact FP32 copies.
+(same operands, order and initial values; only the tile shape, the unit count and which
+thread runs a unit change: the one-row and half-row units above are tiles that
+``chunked_wsr`` does not have), so the final state is chunked's byte for byte, and ``h``
+and ``vn`` are chunked's chunk-start states and vn: exact FP32 copies.
 
-Dynamic shared memory (floats, :func:`rec_floats`): state slice ``[K][VS]``, vn
-``[C][VS]``, (unused ``[C][VS]``), W^T ``[K][C]``, Kd ``[C][K]``, U slice ``[C][VS]``,
-gamma ``[2][C]``: 81,408 B at K = 128, so sm_70's 96 KB stage Kd too.
+Dynamic shared memory (floats, :func:`rec_floats`): state slice ``[MAXD][VS]`` (``MAXD`` =
+128 rows whatever K is: ``OFF_VN = N_HS``), vn ``[C][VS]``, (unused ``[C][VS]``), W^T
+``[K][C]``, Kd ``[C][K]``, U slice ``[C][VS]``, gamma ``[2][C]``: 81,408 B at K = 128, so
+sm_70's 96 KB stage Kd too.
 """
 from __future__ import annotations
 
@@ -554,6 +556,11 @@ rec_phase1_rows2, rec_phase1_unit, rec_state_item = make_rec_forms(rows2_ahead, 
 
 def gdn_rec_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0, ncomp,
                          n1, nq):
+    """Recurrence of contract.md part B, ``chunked`` family (``chunked_rec`` and the variants
+    built on it): steps 6 and 8 of :mod:`.chunked`'s FP32 order for work item ``blockIdx.x``, writing each
+    chunk's start state and vn for the output kernel. The final state must equal the frozen
+    ``gdn_chunked_kernel``'s bit for bit, and the start states and vn are that kernel's
+    values (exact FP32 copies)."""
     sm = cuda.shared.array(0, _F32)
     rec_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, snap0,
                    cuda.blockIdx.x, ncomp, n1, nq, sm)

@@ -29,9 +29,9 @@ from ._split_state_wsr import _F32, make_state_item
 def two_loop_out_unit(o, bb, t0, hv, c0, sm, off_pt, u2, half, L):
     """Output unit ``u2`` (:func:`._split_state_wsr.flat_out_unit`'s rows, chains and
     stores) as :func:`._split_state.out_rows_seq` runs it with P^T staged (the unstaged
-    state passes' unit): row p's chain (``p + 1`` steps; none for the middle row), stored,
-    then row ib's (``ib + 1`` steps), stored. ``sm`` stands in for the unread global
-    scratch."""
+    state passes' unit): row p's chain (``p + 1`` steps), stored, then, unless ``ib == p``
+    (the middle row, already done), row ib's (``ib + 1`` steps), stored. ``sm`` stands in
+    for the unread global scratch."""
     p, c4, ib, na = out_unit_rows(u2, half, L)
     out_rows_seq(o, bb, t0, hv, c0, c4, sm, sm, 1, off_pt, 0, p, L)
 
@@ -41,6 +41,10 @@ two_loop_state_item = make_state_item(two_loop_out_unit)
 
 def gdn_wsr_two_loop_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K,
                                   stage_kp, ncomp):
+    """State pass of contract.md part B, ``chunked`` family (variants ``chunked_wsr_two_loop``
+    and ``chunked_smprep``): ``gdn_wsr_state`` with :func:`two_loop_out_unit` as its staged
+    output unit. Output and final state must equal the frozen ``gdn_chunked_kernel``'s bit
+    for bit."""
     sm = cuda.shared.array(0, _F32)
     two_loop_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K,
                         cuda.blockIdx.x, stage_kp, ncomp, sm)

@@ -1,10 +1,14 @@
 """The sequential state pass of variant ``chunked_ws``: steps 6-8 of the frozen
 :mod:`.chunked` order, with the CTA split into *compute* threads and *copy* threads.
 
-The compute threads run exactly :func:`._split_state.staged_state_item`'s fma chains (the
-same tiles, the same order, the same initial values; only where U and gamma are read from
-changes: shared memory instead of global). The copy threads (whole warps after the compute
-warps) move the chunk data from the pre-pass scratch into shared memory *while the compute
+The compute threads run exactly :func:`._split_state.staged_state_item`'s fma chains (each
+chain with the same operands, order and initial values; U and gamma are read from shared
+memory instead of global). The tiles are not all the same: phase 1's are
+staged_state_item's, but with Kd / P^T staged phase 2 runs state units of four rows x four
+columns (:func:`rows4`) instead of two rows, and interleaves the two output rows of a unit
+(:func:`out_pair`) instead of running them one after the other; without that staging it
+runs staged_state_item's units. The copy threads (whole warps after the compute warps)
+move the chunk data from the pre-pass scratch into shared memory *while the compute
 threads work on the other phase*, so no compute thread waits on an L2 round trip:
 
 * during phase 1 of chunk ``ci`` (vn = U - W h, qh * gamma), which reads W^T / qs^T / U
@@ -20,9 +24,9 @@ chunk and no other synchronisation. Every copy is an exact FP32 move.
 Without Kd / P^T staging (sm_70's 96 KB of shared memory), phase 2 reads them from global
 memory as in ``staged_state_item``, and the copy threads L1-prefetch them during phase 1.
 
-Dynamic shared memory, float32 offsets: state slice ``[K][VS]``, vn ``[C][VS]``,
-qh * gamma ``[C][VS]``, W^T | qs^T ``[2][K][C]``, (Kd ``[C][K]`` | P^T ``[C][C]``),
-U slice ``[C][VS]``, gamma ``[2][C]``.
+Dynamic shared memory, float32 offsets: state slice ``[MAXD][VS]`` (``MAXD`` = 128 rows
+whatever K is: ``OFF_VN = N_HS``), vn ``[C][VS]``, qh * gamma ``[C][VS]``, W^T | qs^T
+``[2][K][C]``, (Kd ``[C][K]`` | P^T ``[C][C]``), U slice ``[C][VS]``, gamma ``[2][C]``.
 """
 from __future__ import annotations
 
@@ -192,8 +196,9 @@ def ws_regions(KC, w, ln, stage_kp):
 def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stage_kp,
                   ncomp, sm):
     """Steps 6-8 of chunked for work item ``it`` over every chunk of its sequence; threads
-    ``tid < ncomp`` compute (the tiles of ``staged_state_item``), the others copy (see the
-    module docstring). A CTA-wide call: every thread passes the same barriers."""
+    ``tid < ncomp`` compute (the chains of ``staged_state_item``; the tiles of the module
+    docstring), the others copy (see the module docstring). A CTA-wide call: every thread
+    passes the same barriers."""
     tid = cuda.threadIdx.x
     nthr = cuda.blockDim.x
     n, hv, c0, w, bb, bos, ln, V, KC, sb, o_qs, o_w, o_kd, o_u, o_p, o_g = item_layout(
@@ -292,6 +297,10 @@ def ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, it, stag
 
 def gdn_ws_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, stage_kp,
                         ncomp):
+    """State pass of contract.md part B, ``chunked`` family (variant ``chunked_ws``): steps
+    6-8 of :mod:`.chunked`'s FP32 order for work item ``blockIdx.x`` (:func:`ws_state_item`,
+    compute and copy threads). Output and final state must equal the frozen
+    ``gdn_chunked_kernel``'s bit for bit."""
     sm = cuda.shared.array(0, _F32)
     ws_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, cuda.blockIdx.x,
                   stage_kp, ncomp, sm)

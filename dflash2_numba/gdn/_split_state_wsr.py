@@ -62,6 +62,7 @@ def _ld(scr, e, n, n1, s1, s2):
 
 @_dev
 def _st(sm, e, n, d, x):
+    """``sm[d + 4e ..] = x`` (16-byte store) when ``e < n``: the store of :func:`_ld`'s load."""
     if e < n:
         st4(sm, d + 4 * e, x)
 
@@ -158,6 +159,7 @@ def copy_ug_rest(sm, scr, sbc, e, nprod, ncg, cu, V, off_u, o_g, off_g, par):
 
 @_dev
 def zero_slots():
+    """The ``SLOTS`` float4 a copy thread carries, all zeros (two batches of ``BATCH``)."""
     z = (_Z4, _Z4, _Z4, _Z4, _Z4, _Z4, _Z4, _Z4)
     return (z, z)
 
@@ -314,6 +316,10 @@ wsr_state_item = make_state_item(flat_out_unit)
 
 def gdn_wsr_state_kernel(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, stage_kp,
                          ncomp):
+    """State pass of contract.md part B, ``chunked`` family (variant ``chunked_wsr``): steps
+    6-8 of :mod:`.chunked`'s FP32 order for work item ``blockIdx.x`` (:func:`wsr_state_item`,
+    copies carried a phase ahead). Output and final state must equal the frozen
+    ``gdn_chunked_kernel``'s bit for bit."""
     sm = cuda.shared.array(0, _F32)
     wsr_state_item(o, h0, h0_idx, hT, hT_idx, seqs, items, scr, F, H, K, cuda.blockIdx.x,
                    stage_kp, ncomp, sm)

@@ -37,7 +37,9 @@ def state_element(r, KV, V):
 
 
 def gdn_state_gather_kernel(h0, h0_idx, rows):
-    """``rows[n] = h0[h0_idx[n]]`` (zeros when ``h0_idx[n] < 0``) for n < len(h0_idx)."""
+    """``rows[n] = h0[h0_idx[n]]`` (zeros when ``h0_idx[n] < 0``) for n < len(h0_idx).
+    Keeps contract.md part B's initial states (zeros where none) as exact FP32 copies, no
+    arithmetic, for the ``chunked`` family's variants (frozen ``gdn_chunked_kernel``'s bits)."""
     HV = rows.shape[1]
     K = rows.shape[2]
     V = rows.shape[3]
@@ -57,7 +59,9 @@ def gdn_state_gather_kernel(h0, h0_idx, rows):
 
 
 def gdn_state_scatter_kernel(rows, src_row, hT, hT_idx):
-    """``hT[hT_idx[n]] = rows[src_row[n]]`` for n < len(hT_idx) with ``hT_idx[n] >= 0``."""
+    """``hT[hT_idx[n]] = rows[src_row[n]]`` for n < len(hT_idx) with ``hT_idx[n] >= 0``.
+    Keeps contract.md part B's final states as exact FP32 copies, no arithmetic, for the
+    ``chunked`` family's variants (frozen ``gdn_chunked_kernel``'s bits)."""
     HV = rows.shape[1]
     K = rows.shape[2]
     V = rows.shape[3]

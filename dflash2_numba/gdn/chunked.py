@@ -92,6 +92,10 @@ THREADS = 64 if SIMULATOR else 256
 
 def gdn_chunked_kernel(q, k, v, g, beta, o, h0, h0_idx, hT, hT_idx, seqs, work, scratch,
                        scale, use_l2):
+    """The frozen kernel of contract.md part B's ``chunked`` family: steps 1-8 of the
+    module docstring's FP32 order, persistent CTAs walking the work items (sequence, value
+    head, 32 state columns). The family's reference: every ``chunked_*`` variant must
+    reproduce this kernel's output and final state bit for bit."""
     hs = cuda.shared.array((MAXD, VB), dtype=np.float32)   # state slice h[:, c0:c0+VB]
     Ts = cuda.shared.array((C, CP1), dtype=np.float32)      # D | A^T (upper) and T (lower)
     Us = cuda.shared.array((C, VB), dtype=np.float32)       # U, then vn

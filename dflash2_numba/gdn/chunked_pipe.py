@@ -16,8 +16,10 @@ operation-order argument)
   the state CTAs read slots written by the previous launch; the pre-pass CTAs write only
   slots of their own group (an L1 prefetch never reaches past the state CTA's group either).
 * All CTAs use chunked_split's pre-pass code (``prep_item``) and the unstaged state pass
-  ``state_item`` (the chains of chunked_split's ``staged_state_item``) with one block size (128 threads on a GPU): the state CTA takes the "all columns per thread" form
-  of step 6; its shared arrays are the pre-pass's, reused.
+  ``state_item`` (the chains of chunked_split's ``staged_state_item``) with one block size
+  (128 threads on a GPU). At 128 threads the state CTA takes the "all columns per thread"
+  form of step 6 for items of 8 or 12 columns and the per-group form for 4 columns (which
+  for one group is the same work); its shared arrays are the pre-pass's, reused.
 
 What it keeps: every rounding of chunked (the same device functions as chunked_split, which
 keeps chunked's order; the order inside a chunk does not depend on the grouping, and the
@@ -66,13 +68,15 @@ def pipe_stages() -> int:
 
 def gdn_split_pipe_kernel(q, k, v, g, beta, o, h0, h0_idx, hT, hT_idx, seqs, items, chunks,
                           pitems, scr, hbuf, F, scale, use_l2, n_state, p0, ci_lo, ci_hi):
-    """The pipelined form (variant ``chunked_pipe``): CTAs ``b < n_state`` run the state pass
-    of item ``b`` over chunks ``ci_lo <= ci < ci_hi``; the others run the pre-pass of items
+    """The pipelined form (variant ``chunked_pipe``) of contract.md part B, ``chunked``
+    family: CTAs ``b < n_state`` run the state pass (steps 6-8) of item ``b`` over chunks
+    ``ci_lo <= ci < ci_hi``; the others run the pre-pass (steps 1-5) of items
     ``pitems[p0 + b - n_state]`` (slot, q/k head) of the next group of chunks. Nothing in one
-    launch reads what another CTA of the same launch writes."""
-    Ms = cuda.shared.array(N_MS, np.float32, SHARED_ALIGN)   # prep: staging, S | G^T; state: h
-    Ts = cuda.shared.array(N_TS, np.float32, SHARED_ALIGN)   # prep: D -> A, T^T;   state: vn
-    Xs = cuda.shared.array(N_XS, np.float32, SHARED_ALIGN)   # prep: X / Y slab;    state: qh*gamma
+    launch reads what another CTA of the same launch writes. Output and final state must
+    equal the frozen ``gdn_chunked_kernel``'s bit for bit."""
+    Ms = cuda.shared.array(N_MS, np.float32, SHARED_ALIGN)   # prep: S | G^T;          state: h
+    Ts = cuda.shared.array(N_TS, np.float32, SHARED_ALIGN)   # prep: q rows, D->A, T^T; state: vn
+    Xs = cuda.shared.array(N_XS, np.float32, SHARED_ALIGN)   # prep: k rows, X/Y slab;  state: qh*gamma
     ga = cuda.shared.array(C, np.float32)
     bs = cuda.shared.array(C, np.float32)
     gm = cuda.shared.array(C, np.float32)

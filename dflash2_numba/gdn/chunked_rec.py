@@ -117,10 +117,13 @@ def knob_threads(plan: GdnPlan):
 
 
 def knob_units(K: int):
-    """Units per column group of phase 1 and of phase 2, from ``DFLASH2_GDN_REC_ROWS`` =
-    ``r1,r2``, the rows of a phase-1 unit (1 or 2) and of a phase-2 unit (2 or 4):
-    ``(C / r1, K / r2)``; 0 for a phase's half-row units (six of a twelve-column item's
-    columns a thread; items of other widths then take two- / four-row units)."""
+    """``(n1, nq)`` for the recurrence kernel from ``DFLASH2_GDN_REC_ROWS`` = ``r1,r2``, the
+    rows of a phase-1 unit (1 or 2) and of a phase-2 unit (2 or 4): the units per column
+    group ``(C / r1, K / r2)``; 0 for a phase's half-row units (r1 or r2 = 0: six of a
+    twelve-column item's columns a thread; items of other widths then take two- / four-row
+    units). r1 = ``2p`` / ``2s`` (two-row units, placed) gives ``n1 = -PLACEMENTS[r1]``
+    (-1 / -2): the kernel reads a negative ``n1`` as placement ``-n1`` with ``C / 2`` units
+    (placed in twelve-column items only)."""
     raw = KN.raw(KN.REC_ROWS)
     f1, _, f2 = (raw.strip() or DEFAULT_ROWS).partition(",")
     if f1 not in ("0", "1", "2", *PLACEMENTS) or f2 not in ("0", "2", "4"):

@@ -11,8 +11,9 @@ trip per burst, on the sequential critical path of all 1024 chunks).
 
 What it changes: only which thread copies what, and when (exact FP32 moves); U and gamma
 are read from shared memory instead of global memory. The compute threads run
-``chunked_split``'s state tiles unchanged, so every fma chain is chunked's (see
-:mod:`.chunked_split` for the argument, step by step).
+``chunked_split``'s state chains unchanged (same operands, order and initial values; with
+Kd / P^T staged, phase 2 groups them into larger tiles: :mod:`._split_state_ws`), so every
+fma chain is chunked's (see :mod:`.chunked_split` for the argument, step by step).
 
 Knobs (read and checked at plan time, :mod:`._knobs`; a value not accepted is refused with a
 ``ValueError`` naming the variable before any launch): those of :mod:`.chunked_split`

@@ -51,6 +51,10 @@ TG2 = 2 * TG
 
 
 def gdn_serial_kernel(q, k, v, g, beta, o, h0, h0_idx, hT, hT_idx, seqs, work, scale, use_l2):
+    """The frozen kernel of contract.md part B's ``serial`` family: the token recurrence in
+    the FP32 order of the module docstring (steps 1-5), for work item ``blockIdx.x``
+    (sequence, value head, 32 state columns). The family's reference: a variant of it
+    must reproduce this kernel's output and final state bit for bit."""
     hs = cuda.shared.array((MAXD, VB), dtype=np.float32)    # state slice h[:, c0:c0+VB]
     kg = cuda.shared.array((TG, MAXDP1), dtype=np.float32)  # k rows of the group -> kn
     qg = cuda.shared.array((TG, MAXDP1), dtype=np.float32)  # q rows of the group -> qs
