@@ -15,7 +15,7 @@ import dflash2_numba as d2
 from dflash2_numba import _registry
 from dflash2_numba._compat import cuda
 from dflash2_numba.attention import frozen
-from dflash2_numba.contract import EXP_CLAMP, LIVE_M_THRESHOLD, NEG_INF
+from dflash2_numba.contract import EXP_CLAMP, LIVE_M_THRESHOLD, NEG_INF, active_splits
 from dflash2_numba.screen import main as screen_main
 from dflash2_numba.screen.cases import gdn_matrix
 from tests.attention_helpers import attention_variants_accepting
@@ -190,7 +190,148 @@ def test_screen_oracle_gate_catches_what_bytes_cannot():
     for state, r in by["bad_dead_rows"].items():
         assert (r.status == "FAIL") == (state in dead_states), (state, r.__dict__)
         if state in dead_states:
-            assert "a row with no visible key is not +0" in r.problems, (state, r.problems)
+            for out in ("FP32", "FP16"):
+                assert f"a row with no visible key is not +0 in the {out} output" in r.problems, \
+                    (state, r.problems)
+
+
+def _states_spec():
+    from dflash2_numba.screen.cases import AttentionCaseSpec
+
+    # T = 40 of S = 4 splits: one active split (three the requests never reach), none in
+    # "all rows zero"
+    return AttentionCaseSpec("q2 T=40 states", B=1, Q=2, Hq=2, Hkv=1, D=64, page_size=16,
+                             seq_lens=[40], splits=4, length_states=True, seed=9)
+
+
+def _screen_beside_frozen(runs, bitwise_reference):
+    """``screen_case`` on the five length states of a small case, frozen beside test
+    variants ``{name: run}`` (frozen's kernels) of ``bitwise_reference``: ``{variant:
+    {state: row}}``, frozen's rows asserted ok."""
+    from dflash2_numba.screen.attention import screen_case
+
+    made = [_registry.register(_registry.Variant(
+        name=name, family="attention", description="deliberately wrong (test)", contract="A",
+        kernels=frozen.VARIANT.kernels, run=run, bitwise_reference=bitwise_reference))
+        for name, run in runs.items()]
+    try:
+        rows = screen_case(_states_spec(), ["frozen"] + list(runs), timing=False)
+    finally:
+        for v in made:
+            _registry.unregister("attention", v.name)
+    by = {}
+    for r in rows:
+        by.setdefault(r.variant, {})[r.state] = r
+    assert all(r.status == "ok" for r in by["frozen"].values()), \
+        {k: r.problems for k, r in by["frozen"].items()}
+    return by
+
+
+def _fp16_only(change):
+    return lambda out: change(out) if out.dtype == np.float16 else out
+
+
+def test_screen_fails_negative_zero_in_the_fp16_output_alone():
+    """Dead rows written -0.0 in the FP16 output only (the FP32 output right): equal in value
+    to f16(+0), but not its bytes, and not the contract's +0. Without a bitwise reference
+    only the screen's own checks can see it."""
+    by = _screen_beside_frozen({"bad_dead_rows16": _frozen_then(_fp16_only(_dead_rows_negative_zero))},
+                               None)
+    dead_states = ("all rows zero", "last row zero", "first row zero")
+    for state, r in by["bad_dead_rows16"].items():
+        assert (r.status == "FAIL") == (state in dead_states), (state, r.__dict__)
+        if state in dead_states:
+            assert set(r.problems) == {
+                "FP16 output is not the RNE rounding of the FP32 output",
+                "a row with no visible key is not +0 in the FP16 output"}, (state, r.problems)
+
+
+def _skip_dead_rows_while_some_row_lives(plan, stream):
+    """frozen, except that the combine leaves a row with no visible key unwritten when
+    another row of its request sees keys (right when every row is dead)."""
+    cuda.synchronize()
+    before = plan.out.copy_to_host()
+    frozen.run(plan, stream)
+    cuda.synchronize()
+    if plan.use_rows == 0:
+        return
+    rl = plan.row_lengths.copy_to_host()
+    out = plan.out.copy_to_host()
+    for b in range(rl.shape[0]):
+        if rl[b].max() > 0:
+            out[b, rl[b] <= 0] = before[b, rl[b] <= 0]
+    plan.out.copy_to_device(out)
+
+
+def test_screen_fills_the_sentinel_before_each_length_state():
+    """A combine that skips a dead row while another row of the request lives: in "last
+    row zero" the skipped last row held +0 from "all rows zero" (the right bytes) when the
+    states ran on unrefilled buffers; each state now starts from the sentinel, so the row
+    shows -777 there."""
+    by = _screen_beside_frozen({"bad_skips_dead_rows": _skip_dead_rows_while_some_row_lives},
+                               "frozen")
+    for state, r in by["bad_skips_dead_rows"].items():
+        failing = state in ("last row zero", "first row zero")
+        assert (r.status == "FAIL") == failing, (state, r.__dict__)
+        if failing:
+            assert r.bitwise is False and r.mismatch.startswith(("out16", "out32")), (state, r.mismatch)
+            assert any(m.startswith("FP32 rel L2") for m in r.problems), (state, r.problems)
+
+
+def _write_first_inactive_split(plan, stream):
+    """frozen, then split A's records (the first split the request does not reach) zeroed:
+    the output is right, the workspace touched where contract A says nothing is."""
+    frozen.run(plan, stream)
+    cuda.synchronize()
+    seq = plan.seq_lens.copy_to_host()
+    Q = plan.q_shape[1]
+    rl = (plan.row_lengths.copy_to_host() if plan.use_rows
+          else seq[:, None] - Q + 1 + np.arange(Q)[None, :])
+    partial, lse = plan.partial.copy_to_host(), plan.lse.copy_to_host()
+    for b in range(rl.shape[0]):
+        A = active_splits(int(rl[b].max()), plan.splits)
+        if A < plan.splits:
+            partial[b, A] = 0.0
+            lse[b, A] = 0.0
+    plan.partial.copy_to_device(partial)
+    plan.lse.copy_to_device(lse)
+
+
+def test_screen_checks_the_reference_leaves_unreached_splits_alone():
+    """A reference (no bitwise reference of its own) that also writes the first split past
+    A: its output is right, so only the sentinel check on the splits a request does not
+    reach (every state here has some, all four in "all rows zero") can fail it. Unchecked,
+    it would pass and every correct variant compared with it would fail instead."""
+    by = _screen_beside_frozen({"bad_touches_split_a": _write_first_inactive_split}, None)
+    rows = by["bad_touches_split_a"]
+    assert set(rows) == {"live", "all rows zero", "last row zero", "first row zero", "restored"}
+    for state, r in rows.items():
+        assert r.status == "FAIL", (state, r.__dict__)
+        A = 0 if state == "all rows zero" else 1
+        want = {f"{key} written at (0, {A}, 0, 0, 0) past request 0's {A} active split(s) of 4"
+                for key in ("partial", "lse")}
+        assert {p.split(":")[0] for p in r.problems} == want, (state, r.problems)
+
+
+def _fp32_default_rows_one_key_short(plan, stream):
+    """frozen with explicit rows and with an FP16 output; one key short on the FP32
+    output's default causal rows."""
+    if plan.use_rows == 0 and plan.out.dtype == np.float32:
+        plan.seq_lens = cuda.to_device(plan.seq_lens.copy_to_host() - 1)
+    frozen.run(plan, stream)
+
+
+def test_screen_runs_the_fp32_output_on_the_default_causal_rows():
+    """The FP32-output call with ``row_lengths=None`` runs in the "restored" state (the FP16
+    one with the rows given): a variant wrong on that path alone fails there, against frozen
+    and against the live state's bytes."""
+    by = _screen_beside_frozen({"bad_fp32_default_rows": _fp32_default_rows_one_key_short},
+                               "frozen")
+    for state, r in by["bad_fp32_default_rows"].items():
+        assert (r.status == "FAIL") == (state == "restored"), (state, r.__dict__)
+    r = by["bad_fp32_default_rows"]["restored"]
+    assert r.bitwise is False and r.mismatch.startswith("out32"), r.mismatch
+    assert any(m.startswith("restored state differs from live in out32") for m in r.problems), r.problems
 
 
 @pytest.fixture

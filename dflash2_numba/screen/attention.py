@@ -2,13 +2,19 @@
 for byte, against the frozen kernel (contract C).
 
 For each case the inputs are placed on the device once (caches in padded rows when the case
-asks for strides); each variant gets its own sentinel-filled, guarded workspaces (one with an
-FP16 output, one with an FP32 output), and the case's length states run in sequence on those
-same buffers, so stale data from one state would show up in the next. In the live state the
-FP16 call takes the default causal rows (``row_lengths=None``) and the FP32 call the same rows
-given explicitly, so both paths are screened, and the "restored" state (explicit rows) must
-give the live state's FP16 bytes again. A variant unsupported on every case of a run fails
-it (one "every case" row): a variant the run never checked must not pass.
+asks for strides); each variant gets its own guarded workspaces (one with an FP16 output, one
+with an FP32 output), filled with the sentinel before each of the case's length states (contract
+C), so a word a state leaves unwritten shows the sentinel, never the previous state's bytes.
+In the live state the FP16 call takes the default causal rows (``row_lengths=None``) and the
+FP32 call the same rows given explicitly; in the "restored" state the other way round. Each
+path of each output is therefore screened, and "restored" must give the live state's bytes
+again (host snapshots of both outputs and of the split records). The FP16 output must be the
+RNE rounding of the FP32 one byte for byte, a row with no visible key +0 in both, and the
+splits a request does not reach (``s >= active_splits(T_b, S)``, every split when ``T_b <= 0``)
+must keep the sentinel in ``partial`` and ``lse`` (contract A, "Workspace"): checked for every
+variant, the bitwise reference included, which nothing else would check. A variant
+unsupported on every case of a run fails it (one "every case" row): a variant the run never
+checked must not pass.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ import oracle
 from .. import _registry
 from .._compat import cuda
 from ..attention.api import plan_attention
-from ..contract import FP32_REL_L2_BOUND
+from ..contract import FP32_REL_L2_BOUND, SENTINEL, active_splits
 from ..workspace import AttentionWorkspace
 from .cases import LENGTH_STATES, AttentionCaseSpec, row_lengths_for_state
 from .report import never_checked
@@ -94,8 +100,14 @@ def time_launches(plan, repeats: int = 7) -> float:
 class _VariantBuffers:
     def __init__(self, spec: AttentionCaseSpec):
         kw = dict(batch=spec.B, q_len=spec.Q, heads=spec.Hq, head_dim=spec.D, splits=spec.splits)
-        self.ws16 = AttentionWorkspace(**kw, out_dtype="float16").fill_sentinel()
-        self.ws32 = AttentionWorkspace(**kw, out_dtype="float32").fill_sentinel()
+        self.ws16 = AttentionWorkspace(**kw, out_dtype="float16")
+        self.ws32 = AttentionWorkspace(**kw, out_dtype="float32")
+
+    def fill_sentinel(self) -> None:
+        """The sentinel in every element of both workspaces, guards included (before each
+        length state's launch)."""
+        self.ws16.fill_sentinel()
+        self.ws32.fill_sentinel()
 
     def snapshot(self):
         return dict(out16=self.ws16.out.copy_to_host(), out32=self.ws32.out.copy_to_host(),
@@ -137,13 +149,16 @@ def screen_case(spec: AttentionCaseSpec, variant_names: List[str], *, timing: bo
             kwargs = dict(scale=c["scale"], k_scale=c["k_scale"], v_scale=c["v_scale"],
                           splits=spec.splits, variant=name)
             # live: the FP16 call takes the default causal rows (row_lengths=None, derived
-            # from seq_lens on the device), the FP32 call the same rows given explicitly
+            # from seq_lens on the device), the FP32 call the same rows given explicitly;
+            # restored: the other way round (the FP32 output's default path)
             rows16 = None if state == "live" else dev_rl
+            rows32 = None if state == "restored" else dev_rl
+            bufs.fill_sentinel()
 
             def plan_and_launch():
                 p32 = plan_attention(dev["q"], dev["k_cache"], dev["v_cache"], dev["block_table"],
                                      dev["seq_lens"], workspace=bufs.ws32, out_dtype="float32",
-                                     row_lengths=dev_rl, **kwargs)
+                                     row_lengths=rows32, **kwargs)
                 p16 = plan_attention(dev["q"], dev["k_cache"], dev["v_cache"], dev["block_table"],
                                      dev["seq_lens"], workspace=bufs.ws16, out_dtype="float16",
                                      row_lengths=rows16, **kwargs)
@@ -160,6 +175,8 @@ def screen_case(spec: AttentionCaseSpec, variant_names: List[str], *, timing: bo
             snap = bufs.snapshot()
             snaps[name] = snap
             _oracle_checks(row, snap, ref)
+            for msg in untouched_split_problems(snap, rl, spec.splits):
+                row.fail(msg)
             row.guards = bufs.guards_intact()
             if not row.guards:
                 row.fail("guard rows overwritten")
@@ -175,7 +192,7 @@ def screen_case(spec: AttentionCaseSpec, variant_names: List[str], *, timing: bo
             for r in rows[-len(variant_names):]:
                 a, b = snaps.get(r.variant), live_snapshots.get(r.variant)
                 if a is not None and b is not None:
-                    for key in ("out16", "partial", "lse"):
+                    for key in ("out16", "out32", "partial", "lse"):
                         m = oracle.first_mismatch(a[key], b[key])
                         if m is not None:
                             r.fail(f"restored state differs from live in {key}: {m}")
@@ -196,16 +213,41 @@ def _oracle_checks(row: Row, snap: dict, ref: np.ndarray) -> None:
         row.fail(f"FP32 rel L2 {row.rel_l2_fp32:.3e} > {FP32_REL_BOUND}")
     if not row.max_abs_fp32 <= abs_bound:
         row.fail(f"FP32 max abs {row.max_abs_fp32:.3e} > {abs_bound:.3e} (bound x max|ref|)")
-    if not np.array_equal(out16, out32.astype(np.float16)):
+    # bytes, not values: -0.0 == +0.0 in value
+    if (out16.dtype != np.float16 or out16.shape != out32.shape
+            or out16.tobytes() != out32.astype(np.float16).tobytes()):
         row.fail("FP16 output is not the RNE rounding of the FP32 output")
     for msg in fp16_oracle_problems(out16, ref, FP32_REL_BOUND):
         row.fail(msg)
     dead = np.all(ref == 0, axis=-1)
-    if dead.any() and (np.any(out32[dead] != 0) or np.any(np.signbit(out32[dead]))):
-        row.fail("a row with no visible key is not +0")
+    if dead.any():
+        for name, out in (("FP32", out32), ("FP16", out16)):
+            if np.any(out[dead] != 0) or np.any(np.signbit(out[dead])):
+                row.fail(f"a row with no visible key is not +0 in the {name} output")
     # the FP32 and FP16 runs share every workspace value
     if snap["partial"].tobytes() != snap["partial32"].tobytes() or snap["lse"].tobytes() != snap["lse32"].tobytes():
         row.fail("workspace of the FP32-output run differs from the FP16-output run")
+
+
+def untouched_split_problems(snap: dict, row_lengths: np.ndarray, splits: int) -> List[str]:
+    """What is wrong with the splits no request reaches (contract A, "Workspace": splits
+    ``s >= active_splits(T_b, S)``, ``T_b = max_t row_lengths[b, t]``, are not touched): each
+    of ``snap``'s ``partial`` and ``lse`` (the FP16-output run's; the FP32-output run's must
+    equal them) holding anything but the sentinel's bytes there (empty: nothing)."""
+    out = []
+    for b in range(row_lengths.shape[0]):
+        A = active_splits(int(row_lengths[b].max()), splits)
+        if A >= splits:
+            continue
+        for key in ("partial", "lse"):
+            x = snap[key][b, A:]
+            m = oracle.first_mismatch(x, np.full(x.shape, SENTINEL, x.dtype))
+            if m is not None:
+                where = (b, A + m.index[0]) + m.index[1:] if m.index else (b, A)
+                out.append(f"{key} written at {where} past request {b}'s {A} active split(s) of "
+                           f"{splits}: {m.a_value!r} [{m.a_bytes}], not the sentinel; "
+                           f"{m.count} element(s) of split(s) >= {A} not the sentinel")
+    return out
 
 
 def run_attention(specs: List[AttentionCaseSpec], variant_names: List[str], *, timing: bool,

@@ -1,17 +1,21 @@
 """GDN screen: every registered GDN variant against the FP64 oracle (output before and after
 the cast, final state) and, byte for byte, against its family's frozen kernel.
 
-Each variant runs twice per case, on its own device copies of the inputs (which must come
-back unchanged): once in the plain form with an FP32 output and a fresh final state, once in
-the server form with the input-dtype output and the state written in place into a
-sentinel-filled state cache whose unnamed slots (guards around and between the named ones,
-named in a non-ascending order) must keep the sentinel and whose named slots must equal the
-plain form's state. Both outputs are caller-owned, sentinel-filled and guarded by sentinel
-elements on each side that must stay untouched.
+Each variant runs twice per case, on its own device copies of the inputs (which, with
+``state_indices``, must come back unchanged): once in the plain form with an FP32 output and
+a fresh final state, once in the server form with the input-dtype output and the state
+written in place into a sentinel-filled state cache whose unnamed slots (guards around and
+between the named ones, named in a non-ascending order) must keep the sentinel and whose
+named slots must equal the plain form's state. Both outputs and the plain form's final state
+are the screen's own buffers, sentinel-filled before the launches (a word a kernel never
+writes shows the sentinel, not what the allocator left there) and guarded on each side by
+sentinel elements that must stay untouched: one token's whole output row (``HV * V``
+elements) around each output, one sequence's whole state (``HV * K * V``) around the final
+state (:func:`guard_elements`).
 
 Against the oracle: the FP32 output and the final state within ``FP32_REL_BOUND`` relative
-L2, the FP32 output within ``FP32_REL_BOUND * max|ref|`` per element, and an FP16 output
-(FP16 inputs) within what one FP16 rounding of such a result allows
+L2 and within ``FP32_REL_BOUND * max|ref|`` per element (a NaN fails both), and an FP16
+output (FP16 inputs) within what one FP16 rounding of such a result allows
 (:func:`fp16_oracle_problems`), besides being the RNE rounding of the FP32 output.
 """
 from __future__ import annotations
@@ -37,11 +41,21 @@ def _host(x):
     return x.copy_to_host() if hasattr(x, "copy_to_host") else np.asarray(x)
 
 
-GUARD = 64          # sentinel elements on each side of a screened output
+def guard_elements(shape, what: str) -> int:
+    """Sentinel elements on each side of a screened buffer of ``shape``: an output
+    ``[B, T, HV, V]`` gets one token's row (``HV * V``: at least one ``V`` row of every
+    head), a final state ``[N, HV, K, V]`` one sequence's state (``HV * K * V``), so a write
+    one token or one sequence before or past the buffer lands in its guard."""
+    if what == "output":
+        return int(np.prod(shape[2:]))
+    if what == "state":
+        return int(np.prod(shape[1:]))
+    raise ValueError(f"what: 'output' or 'state', got {what!r}")
 
 
-def _guarded_output(shape, dtype) -> GuardedBuffer:
-    out = GuardedBuffer(shape, dtype, GUARD)
+def _guarded_output(shape, dtype, what: str = "output") -> GuardedBuffer:
+    """A sentinel-filled buffer of ``shape`` with :func:`guard_elements` on each side."""
+    out = GuardedBuffer(shape, dtype, guard_elements(shape, what))
     out.fill()
     return out
 
@@ -83,6 +97,8 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
         dev = _device_inputs(c)               # each variant its own copies: checked after
         out32 = _guarded_output(o_shape, np.float32)
         out_cast = _guarded_output(o_shape, c["q"].dtype)
+        final = _guarded_output(ref_h.shape, np.float32, "state")
+        dev_idx = cuda.to_device(idx)        # (checked unchanged, as the other inputs)
         common = dict(cu_seqlens=dev["cu_seqlens"], use_qk_l2norm=c["use_qk_l2norm"],
                       scale=c["scale"], variant=name)
 
@@ -90,8 +106,13 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
             plain = plan_gdn(dev["q"], dev["k"], dev["v"], dev["g"], dev["beta"],
                              initial_state=dev.get("initial_state"), out_dtype="float32",
                              out=out32.view, **common)
+            # the plain form's final state goes to the screen's sentinel-filled, guarded
+            # buffer, not the call's own (uninitialised memory: perhaps a freed buffer that
+            # still holds the previous variant's state); swapped before the first launch
+            # (the variants read ``plan.hT`` at launch; results() returns ``_final``)
+            plain.plan.hT = plain._final = final.view
             server = plan_gdn(dev["q"], dev["k"], dev["v"], dev["g"], dev["beta"],
-                              state_cache=cache, state_indices=cuda.to_device(idx),
+                              state_cache=cache, state_indices=dev_idx,
                               out=out_cast.view, **common)
             plain.launch()
             server.launch()
@@ -121,6 +142,11 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
                      f"= {abs_bound:.3e}")
         if not row.state_err <= FP32_REL_BOUND:
             row.fail(f"final state rel L2 {row.state_err:.3e} > {FP32_REL_BOUND}")
+        state_abs = oracle.max_abs(h, ref_h)
+        state_abs_bound = oracle.max_abs_bound(ref_h, FP32_REL_BOUND)
+        if not state_abs <= state_abs_bound:
+            row.fail(f"final state max abs {state_abs:.3e} > {FP32_REL_BOUND} x max|ref| "
+                     f"= {state_abs_bound:.3e}")
         if o_cast.tobytes() != o32.astype(o_cast.dtype).tobytes():
             row.fail("the cast output is not the RNE rounding of the FP32 output")
         if o_cast.dtype == np.float16:        # (an FP32 cast output is o32's bytes: above)
@@ -130,13 +156,18 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
         guard[idx] = False
         slots_kept = bool(np.all(cache_after[guard] == SENTINEL))
         outs_kept = out32.guards_intact() and out_cast.guards_intact()
-        row.guards = slots_kept and outs_kept
+        state_kept = final.guards_intact()
+        row.guards = slots_kept and outs_kept and state_kept
         if not slots_kept:
             row.fail("state cache: a slot that was not named changed")
         if not outs_kept:
             row.fail("output: a guard element around o was written")
-        for key, host in c.items():
-            if isinstance(host, np.ndarray) and _host(dev[key]).tobytes() != host.tobytes():
+        if not state_kept:
+            row.fail("final state: a guard element around the plain form's final state "
+                     "was written")
+        inputs = [(key, host, dev[key]) for key, host in c.items() if isinstance(host, np.ndarray)]
+        for key, host, arr in inputs + [("state_indices", idx, dev_idx)]:
+            if _host(arr).tobytes() != host.tobytes():
                 row.fail(f"input {key} was modified")
         if cache_after[idx].tobytes() != h.tobytes():
             row.fail("state cache: written slots differ from the plain form's final state")
