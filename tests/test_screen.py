@@ -161,26 +161,8 @@ def test_screen_oracle_gate_catches_what_bytes_cannot():
     """Variants with no bitwise reference are judged by the oracle checks alone: an output
     1e-4 off (past the FP32 bound 1e-5) and dead rows written as -0.0 (which the oracle's
     +0 rows equal in value) must each fail, with frozen beside them passing."""
-    from dflash2_numba.screen.attention import screen_case
-    from dflash2_numba.screen.cases import AttentionCaseSpec
-
-    split_spec, combine_spec = frozen.VARIANT.kernels
-    made = [_registry.register(_registry.Variant(
-        name=name, family="attention", description="deliberately inaccurate (test)",
-        contract="A", kernels=(split_spec, combine_spec), run=_frozen_then(change),
-        bitwise_reference=None))
-        for name, change in (("bad_accuracy", _off_by_1e4), ("bad_dead_rows", _dead_rows_negative_zero))]
-    try:
-        spec = AttentionCaseSpec("q2 T=40 states", B=1, Q=2, Hq=2, Hkv=1, D=64, page_size=16,
-                                 seq_lens=[40], splits=4, length_states=True, seed=9)
-        rows = screen_case(spec, ["frozen", "bad_accuracy", "bad_dead_rows"], timing=False)
-    finally:
-        for v in made:
-            _registry.unregister("attention", v.name)
-    by = {}
-    for r in rows:
-        by.setdefault(r.variant, {})[r.state] = r
-    assert all(r.status == "ok" for r in by["frozen"].values()), by["frozen"]
+    by = _screen_beside_frozen({"bad_accuracy": _frozen_then(_off_by_1e4),
+                                "bad_dead_rows": _frozen_then(_dead_rows_negative_zero)}, None)
     for state, r in by["bad_accuracy"].items():
         if state == "all rows zero":          # +0 * (1 + 1e-4) is +0: nothing to see
             continue
