@@ -91,8 +91,8 @@ def sm70_ptx_report(request, tmp_path_factory):
     (the sm_70 compile and assembly of every kernel is the suite's costliest step; the tests
     that read its rows share them): ``(completed process, rows)``. Two jobs, whatever the
     machine's cores, so that the parallel path is the one whose rows are checked (the
-    one-variant dump test compares a one-job run against them). Skips without a ptxas that
-    targets sm_70 (the cuda12 extra), as ``ptxas_path`` says."""
+    one-variant dump test compares a one-job run against them). Without a ptxas that targets
+    sm_70 (the cuda12 extra) its tests fail, or skip, as ``ptxas_path`` says."""
     request.getfixturevalue("ptxas_path")
     out = tmp_path_factory.mktemp("sm70_ptx") / "rows.json"
     env = dict(os.environ)
