@@ -1,4 +1,4 @@
-# call 1 -- NEVER RAN (no device machine could be started in session 49, 23:05-00:37 UTC):: session 48's commits after its call 1 and session 49's test, bench and docstring commits (tree d9f31e4), on any GPU
+# call 1 -- NEVER RAN (no device machine could be started in session 49, 23:05-00:37 UTC): session 48's commits after its call 1 and session 49's test, bench and docstring commits (tree d9f31e4), on any GPU
 # (the host has no cuda12 extra: its sm_70 ptxas tests skip by DFLASH2_SKIP_MISSING=1)
 source _run/head.sh
 export DFLASH2_GPU=1 DFLASH2_SKIP_MISSING=1
