@@ -417,3 +417,26 @@ def test_a_plan_keeps_the_sequences_and_slots_it_was_made_with():
     cache.copy_to_device(np.zeros((4, 2, 32, 32), np.float32))    # v = 0 from zero states
     call.launch()
     assert not call.results()[0].copy_to_host().any()
+
+
+def test_the_plain_final_state_can_be_redirected_only_to_its_own_shape():
+    """GdnCall._write_final_state_to (the screen's hook): a buffer of the final state's shape
+    and dtype becomes what launches write and results() returns; another shape or dtype, or
+    a call whose state is a cache, is refused naming buffer."""
+    case = base_case(T=6)
+    call = plan_gdn(**{n: cuda.to_device(case[n]) for n in ("q", "k", "v", "g", "beta")})
+    mine = cuda.to_device(np.full(call.results()[1].shape, -777.0, np.float32))
+    with pytest.raises(ValueError, match=r"^buffer: float32\(1, 2, 32, 33\)"):
+        call._write_final_state_to(cuda.to_device(np.zeros((1, 2, 32, 33), np.float32)))
+    with pytest.raises(ValueError, match=r"^buffer: float64"):
+        call._write_final_state_to(cuda.to_device(np.zeros(mine.shape, np.float64)))
+    call._write_final_state_to(mine)
+    call.launch()
+    assert call.results()[1] is mine and call.plan.hT is mine
+    _, want = gdn_prefill(**case, variant="chunked")
+    assert oracle.first_mismatch(mine.copy_to_host(), want) is None
+    cached = plan_gdn(**{n: cuda.to_device(case[n]) for n in ("q", "k", "v", "g", "beta")},
+                      state_cache=cuda.to_device(np.zeros((2, 2, 32, 32), np.float32)),
+                      state_indices=cuda.to_device(np.array([1], np.int32)))
+    with pytest.raises(ValueError, match="^buffer: this call has no plain-form final state"):
+        cached._write_final_state_to(mine)

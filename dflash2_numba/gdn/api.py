@@ -170,6 +170,20 @@ class GdnCall:
         with _devices.on_device(self.device):
             self.variant.run(self.plan, self._launch_streams.resolve(stream))
 
+    def _write_final_state_to(self, buffer) -> None:
+        """Make ``buffer`` (a device FP32 array of the final state's shape, on the plan's
+        device) the plain form's final state: later launches write it and :meth:`results`
+        returns it. For the screen, which gives its own sentinel-filled, guarded buffer
+        instead of the plan's uninitialised one. A call with a state cache (its state is the
+        cache) or without a final state has none to replace."""
+        if self._final is None:
+            raise ValueError("buffer: this call has no plain-form final state to replace")
+        if tuple(buffer.shape) != tuple(self._final.shape) or \
+                np.dtype(buffer.dtype) != np.dtype(self._final.dtype):
+            raise ValueError(f"buffer: {np.dtype(buffer.dtype)}{tuple(buffer.shape)}, the final "
+                             f"state is {np.dtype(self._final.dtype)}{tuple(self._final.shape)}")
+        self.plan.hT = self._final = buffer
+
     def results(self):
         """``(o, final_state)`` of the last launch in the kind of array ``q`` came in: a
         numpy call gets copies (a caller's numpy ``out`` filled and returned, the named

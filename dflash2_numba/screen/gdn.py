@@ -109,8 +109,7 @@ def screen_case(spec: GdnCaseSpec, variant_names: List[str], *, timing: bool,
             # the plain form's final state goes to the screen's sentinel-filled, guarded
             # buffer, not the call's own (uninitialised memory: perhaps a freed buffer that
             # still holds the previous variant's state); swapped before the first launch
-            # (the variants read ``plan.hT`` at launch; results() returns ``_final``)
-            plain.plan.hT = plain._final = final.view
+            plain._write_final_state_to(final.view)
             server = plan_gdn(dev["q"], dev["k"], dev["v"], dev["g"], dev["beta"],
                               state_cache=cache, state_indices=dev_idx,
                               out=out_cast.view, **common)
