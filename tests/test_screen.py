@@ -17,7 +17,7 @@ from dflash2_numba._compat import cuda
 from dflash2_numba.attention import frozen
 from dflash2_numba.contract import EXP_CLAMP, LIVE_M_THRESHOLD, NEG_INF, active_splits
 from dflash2_numba.screen import main as screen_main
-from dflash2_numba.screen.cases import gdn_matrix
+from dflash2_numba.screen.cases import AttentionCaseSpec, gdn_matrix
 from tests.attention_helpers import attention_variants_accepting
 
 F0 = np.float32(0.0)
@@ -68,10 +68,20 @@ def _poke(flat, index, value):
         flat[index] = value
 
 
-def _register(name, run, kernels):
+def _register(name, run, kernels=frozen.VARIANT.kernels, bitwise_reference="frozen"):
     return _registry.register(_registry.Variant(
         name=name, family="attention", description="deliberately wrong (test)",
-        contract="A", kernels=kernels, run=run, bitwise_reference="frozen"))
+        contract="A", kernels=kernels, run=run, bitwise_reference=bitwise_reference))
+
+
+def _default_rows_one_key_short(out_dtype=None):
+    """frozen, right with explicit rows, one key short on the default causal rows (of the
+    ``out_dtype`` output only, when given)."""
+    def run(plan, stream):
+        if plan.use_rows == 0 and (out_dtype is None or plan.out.dtype == out_dtype):
+            plan.seq_lens = cuda.to_device(plan.seq_lens.copy_to_host() - 1)
+        frozen.run(plan, stream)
+    return run
 
 
 @pytest.fixture
@@ -93,12 +103,6 @@ def bad_variants():
     def run_foreign(plan, stream):
         frozen.run(plan, stream)
 
-    def run_default_rows(plan, stream):
-        # right with explicit rows, one key short on the default causal path
-        if plan.use_rows == 0:
-            plan.seq_lens = cuda.to_device(plan.seq_lens.copy_to_host() - 1)
-        frozen.run(plan, stream)
-
     made = [
         _register("bad_rounding", run_rounding,
                   (split_spec, combine_spec, _registry.KernelSpec("test.combine_two_roundings",
@@ -106,7 +110,7 @@ def bad_variants():
         _register("bad_past_rows", run_past_rows,
                   (split_spec, combine_spec, _registry.KernelSpec("test.poke", _poke.py_func, ()))),
         _register("bad_route", run_foreign, (_registry.KernelSpec("test.own_kernel", _poke.py_func, ()),)),
-        _register("bad_default_rows", run_default_rows, (split_spec, combine_spec)),
+        _register("bad_default_rows", _default_rows_one_key_short()),
     ]
     yield [v.name for v in made]
     for v in made:
@@ -177,13 +181,10 @@ def test_screen_oracle_gate_catches_what_bytes_cannot():
                     (state, r.problems)
 
 
-def _states_spec():
-    from dflash2_numba.screen.cases import AttentionCaseSpec
-
-    # T = 40 of S = 4 splits: one active split (three the requests never reach), none in
-    # "all rows zero"
-    return AttentionCaseSpec("q2 T=40 states", B=1, Q=2, Hq=2, Hkv=1, D=64, page_size=16,
-                             seq_lens=[40], splits=4, length_states=True, seed=9)
+# T = 40 of S = 4 splits: one active split (three the requests never reach), none in
+# "all rows zero"
+STATES_SPEC = AttentionCaseSpec("q2 T=40 states", B=1, Q=2, Hq=2, Hkv=1, D=64, page_size=16,
+                                seq_lens=[40], splits=4, length_states=True, seed=9)
 
 
 def _screen_beside_frozen(runs, bitwise_reference):
@@ -192,12 +193,10 @@ def _screen_beside_frozen(runs, bitwise_reference):
     {state: row}}``, frozen's rows asserted ok."""
     from dflash2_numba.screen.attention import screen_case
 
-    made = [_registry.register(_registry.Variant(
-        name=name, family="attention", description="deliberately wrong (test)", contract="A",
-        kernels=frozen.VARIANT.kernels, run=run, bitwise_reference=bitwise_reference))
-        for name, run in runs.items()]
+    made = [_register(name, run, bitwise_reference=bitwise_reference)
+            for name, run in runs.items()]
     try:
-        rows = screen_case(_states_spec(), ["frozen"] + list(runs), timing=False)
+        rows = screen_case(STATES_SPEC, ["frozen"] + list(runs), timing=False)
     finally:
         for v in made:
             _registry.unregister("attention", v.name)
@@ -295,19 +294,11 @@ def test_screen_checks_the_reference_leaves_unreached_splits_alone():
         assert {p.split(":")[0] for p in r.problems} == want, (state, r.problems)
 
 
-def _fp32_default_rows_one_key_short(plan, stream):
-    """frozen with explicit rows and with an FP16 output; one key short on the FP32
-    output's default causal rows."""
-    if plan.use_rows == 0 and plan.out.dtype == np.float32:
-        plan.seq_lens = cuda.to_device(plan.seq_lens.copy_to_host() - 1)
-    frozen.run(plan, stream)
-
-
 def test_screen_runs_the_fp32_output_on_the_default_causal_rows():
     """The FP32-output call with ``row_lengths=None`` runs in the "restored" state (the FP16
     one with the rows given): a variant wrong on that path alone fails there, against frozen
     and against the live state's bytes."""
-    by = _screen_beside_frozen({"bad_fp32_default_rows": _fp32_default_rows_one_key_short},
+    by = _screen_beside_frozen({"bad_fp32_default_rows": _default_rows_one_key_short(np.float32)},
                                "frozen")
     for state, r in by["bad_fp32_default_rows"].items():
         assert (r.status == "FAIL") == (state == "restored"), (state, r.__dict__)

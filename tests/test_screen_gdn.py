@@ -68,13 +68,16 @@ MUTANTS = {"bad_empty_state": _zero_empty_states, "bad_slot_order": _slots_in_as
            "bad_writes_input": _writes_its_input, "bad_writes_past_o": _writes_next_to_its_output}
 
 
+def _register(name, run, bitwise_reference="chunked"):
+    """A deliberately wrong GDN variant on chunked's kernels (unregistered by the caller)."""
+    return _registry.register(_registry.Variant(
+        name=name, family="gdn", description="deliberately wrong (test)", contract="B",
+        kernels=chunked.VARIANT.kernels, run=run, bitwise_reference=bitwise_reference))
+
+
 @pytest.fixture
 def mutants():
-    made = []
-    for name, run in MUTANTS.items():
-        made.append(_registry.register(_registry.Variant(
-            name=name, family="gdn", description="deliberately wrong (test)",
-            contract="B", kernels=chunked.VARIANT.kernels, run=run, bitwise_reference="chunked")))
+    made = [_register(name, run) for name, run in MUTANTS.items()]
     yield [v.name for v in made]
     for v in made:
         _registry.unregister("gdn", v.name)
@@ -110,10 +113,7 @@ def _screen_beside_chunked(runs, spec=SPEC, reference=None):
     """``{variant: row}`` of ``spec`` screened for chunked and, registered for the call only,
     one deliberately wrong variant per ``{name: run}`` (chunked's kernels; bitwise
     ``reference`` None by default: the oracle alone judges them)."""
-    made = [_registry.register(_registry.Variant(
-        name=name, family="gdn", description="deliberately wrong (test)", contract="B",
-        kernels=chunked.VARIANT.kernels, run=run, bitwise_reference=reference))
-        for name, run in runs.items()]
+    made = [_register(name, run, reference) for name, run in runs.items()]
     try:
         return {r.variant: r for r in screen_case(spec, ["chunked", *runs], timing=False)}
     finally:
